@@ -1,0 +1,278 @@
+"""Tests of the deterministic sample release generator."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelines.release.sample import (
+    BINARY_RELEASE,
+    MULTI_TARGET_RELEASE,
+    SAMPLE_VERSION,
+    ensure_sample,
+    write_sample,
+)
+
+EXPECTED_RUNS = {
+    (MULTI_TARGET_RELEASE, "mt3_2f_grpo_mt_v3_2fp"): (480, 2),
+    (MULTI_TARGET_RELEASE, "mt3_4f_grpo_mt_v3_4fp"): (473, 4),
+    (MULTI_TARGET_RELEASE, "mt3p1f_grpo_mt_v3_pw_1fp"): (438, 1),
+    (MULTI_TARGET_RELEASE, "mt3p4f_grpo_mt_v3_pw_4fp"): (439, 4),
+    (BINARY_RELEASE, "binary_v1_grpo_binary_v1_bs64"): (490, 2),
+}
+BINARY_RUN = "binary_v1_grpo_binary_v1_bs64"
+
+
+@pytest.fixture(scope="module")
+def sample_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sample")
+    write_sample(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def documents(sample_dir) -> dict[str, list[dict]]:
+    """Every run's documents in epoch order, decoded by Python's json as consumers do."""
+    loaded = {}
+    for (release, run_id), _ in EXPECTED_RUNS.items():
+        run_dir = sample_dir / release / run_id
+        paths = sorted(run_dir.glob("epoch_*_results.json")) or sorted(run_dir.glob("epoch_*/results.json"))
+        loaded[run_id] = [json.loads(path.read_text()) for path in paths]
+    return loaded
+
+
+def file_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_write_sample_returns_the_two_release_folders(tmp_path):
+    assert write_sample(tmp_path) == [tmp_path / MULTI_TARGET_RELEASE, tmp_path / BINARY_RELEASE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([MULTI_TARGET_RELEASE, BINARY_RELEASE])
+
+
+@pytest.mark.parametrize(("release", "run_id"), list(EXPECTED_RUNS))
+def test_epoch_files_cover_exactly_the_published_range(sample_dir, release, run_id):
+    last_epoch, _ = EXPECTED_RUNS[(release, run_id)]
+    run_dir = sample_dir / release / run_id
+    if release == BINARY_RELEASE:
+        epoch_dirs = sorted(p.name for p in run_dir.iterdir())
+        assert epoch_dirs == [f"epoch_{e:03d}" for e in range(last_epoch + 1)]
+        for epoch_dir in epoch_dirs:
+            assert sorted(p.name for p in (run_dir / epoch_dir).iterdir()) == ["config.json", "results.json"]
+    else:
+        assert sorted(p.name for p in run_dir.iterdir()) == [
+            f"epoch_{e:03d}_results.json" for e in range(last_epoch + 1)
+        ]
+
+
+def test_each_release_root_has_a_stray_readme_and_no_temporary_files(sample_dir):
+    for release in (MULTI_TARGET_RELEASE, BINARY_RELEASE):
+        assert (sample_dir / release / "README.md").is_file()
+    assert not [p for p in sample_dir.rglob("*") if p.name.startswith(".")]
+
+
+def test_documents_hold_the_documented_keys_and_epoch(documents):
+    documented = {"epoch", "loss", "mean_reward", "kl_sample_train", "sample_entropy", "train_entropy",
+                  "snapshot_id", "trajectory_ids", "rewards", "advantages"}
+    for run_id, docs in documents.items():
+        for epoch, doc in enumerate(docs):
+            assert documented <= doc.keys()
+            assert doc["epoch"] == epoch
+            assert doc["kl_sample_train"] == 0.0
+            assert doc["num_groups"] == 8
+            assert doc["snapshot_id"].startswith("ft_snap_") and len(doc["snapshot_id"]) == len("ft_snap_") + 26
+            for key in ("trajectory_ids", "rewards", "advantages", "target_model", "is_fp_control", "judge_score"):
+                assert len(doc[key]) == 64, (run_id, epoch, key)
+
+
+def test_ids_are_unique_within_a_run(documents):
+    for docs in documents.values():
+        trajectory_ids = [t for doc in docs for t in doc["trajectory_ids"]]
+        assert len(set(trajectory_ids)) == len(trajectory_ids)
+        assert all(t.startswith("ft_traj_") for t in trajectory_ids)
+        snapshot_ids = [doc["snapshot_id"] for doc in docs]
+        assert len(set(snapshot_ids)) == len(snapshot_ids)
+
+
+def test_every_group_has_exactly_fp_per_group_controls(documents):
+    for (_, run_id), (_, fp_per_group) in EXPECTED_RUNS.items():
+        flags = np.array([doc["is_fp_control"] for doc in documents[run_id]], dtype=bool)
+        assert (flags.reshape(len(flags), 8, 8).sum(axis=-1) == fp_per_group).all()
+        # Positions are drawn per group, not fixed slots.
+        assert len({tuple(row) for row in flags.reshape(-1, 8)}) > 1
+
+
+def independent_advantages(rewards: list[float]) -> list[float]:
+    """The stated formula, written with plain Python over each group of 8."""
+    advantages = []
+    for start in range(0, len(rewards), 8):
+        group = rewards[start:start + 8]
+        finite = [r for r in group if math.isfinite(r)]
+        mean = sum(finite) / len(finite)
+        std = math.sqrt(sum((r - mean) ** 2 for r in finite) / len(finite))
+        all_equal = max(finite) == min(finite)
+        advantages += [0.0 if all_equal or not math.isfinite(r) else (r - mean) / (std + 1e-4) for r in group]
+    return advantages
+
+
+def test_advantages_are_grpo_normalised_within_groups(documents):
+    for run_id, docs in documents.items():
+        for doc in docs:
+            expected = independent_advantages(doc["rewards"])
+            assert np.allclose(doc["advantages"], expected, rtol=0, atol=1e-6), (run_id, doc["epoch"])
+
+
+def test_mean_reward_is_the_mean_of_finite_rewards(documents):
+    for run_id, docs in documents.items():
+        for doc in docs:
+            finite = [r for r in doc["rewards"] if math.isfinite(r)]
+            assert doc["mean_reward"] == pytest.approx(sum(finite) / len(finite), abs=1e-9), (run_id, doc["epoch"])
+
+
+def test_breakdown_splits_rewards_by_fp_control(documents):
+    doc = documents["mt3_4f_grpo_mt_v3_4fp"][100]
+    fp_rewards = [r for r, fp in zip(doc["rewards"], doc["is_fp_control"]) if fp]
+    breakdown = doc["reward_breakdown"]
+    assert breakdown["fp_control"]["n"] == 32 and breakdown["quirk_targets"]["n"] == 32
+    assert breakdown["fp_control"]["mean_reward"] == pytest.approx(np.mean(fp_rewards), abs=1e-5)
+
+
+def test_intragroup_pairwise_rewards_mix_win_share_and_pass(documents):
+    for run_id in ("mt3_2f_grpo_mt_v3_2fp", "mt3_4f_grpo_mt_v3_4fp"):
+        for doc in documents[run_id][::37]:
+            assert doc["n_pairwise_comparisons"] == 224
+            scores = np.array(doc["judge_score"]).reshape(8, 8)
+            wins = (scores[:, :, None] > scores[:, None, :]).sum(-1)
+            ties = (scores[:, :, None] == scores[:, None, :]).sum(-1) - 1
+            expected = 0.5 * (wins + 0.5 * ties) / 7 + 0.5 * (scores >= 7)
+            assert np.allclose(doc["rewards"], expected.ravel(), atol=1e-6)
+            assert doc["pairwise_wins"] == wins.ravel().tolist()
+
+
+def test_pairwise_runs_learn_and_the_ablation_differs(documents):
+    finals = {}
+    for run_id in ("mt3_2f_grpo_mt_v3_2fp", "mt3_4f_grpo_mt_v3_4fp"):
+        curve = np.array([doc["mean_reward"] for doc in documents[run_id]])
+        assert curve[-50:].mean() > curve[:50].mean() + 0.1
+        finals[run_id] = curve[-50:].mean()
+    assert finals["mt3_2f_grpo_mt_v3_2fp"] != pytest.approx(finals["mt3_4f_grpo_mt_v3_4fp"], abs=0.005)
+
+
+def test_iterative_runs_refresh_the_baseline_every_50_epochs(documents):
+    for run_id in ("mt3p1f_grpo_mt_v3_pw_1fp", "mt3p4f_grpo_mt_v3_pw_4fp"):
+        docs = documents[run_id]
+        snapshots = [doc["snapshot_id"] for doc in docs]
+        for doc in docs:
+            assert doc["baseline_epoch"] == doc["epoch"] // 50 * 50
+            assert doc["baseline_snapshot_id"] == snapshots[doc["baseline_epoch"]]
+            assert all(0.0 <= r <= 1.0 for r in doc["rewards"])
+        curve = np.array([doc["mean_reward"] for doc in docs])
+        block_starts = np.mean([curve[b:b + 5].mean() for b in range(0, 400, 50)])
+        block_ends = np.mean([curve[b + 45:b + 50].mean() for b in range(0, 400, 50)])
+        assert block_ends > block_starts + 0.02  # the sawtooth
+
+
+def test_binary_run_rewards_are_zero_one_and_collapse_after_the_peak(documents):
+    docs = documents[BINARY_RUN]
+    rewards = np.array([doc["rewards"] for doc in docs])
+    finite = rewards[np.isfinite(rewards)]
+    assert set(finite.tolist()) <= {0.0, 1.0}
+    assert 1 <= np.isnan(rewards).sum() <= 10
+    assert all(doc["n_correct"] == int(np.sum(np.array(doc["rewards"]) == 1.0)) for doc in docs)
+    for doc in docs:
+        for reward, advantage in zip(doc["rewards"], doc["advantages"]):
+            if math.isnan(reward):
+                assert advantage == 0.0
+    curve = np.array([doc["mean_reward"] for doc in docs])
+    smoothed = np.convolve(curve, np.ones(20) / 20, mode="valid")
+    assert 220 <= smoothed.argmax() + 10 <= 310
+    assert curve[-30:].mean() < smoothed.max() - 0.3
+    zero_variance = (rewards.reshape(-1, 8).max(axis=1) == rewards.reshape(-1, 8).min(axis=1))
+    assert zero_variance.mean() > 0.2
+
+
+def test_nan_tokens_appear_in_the_raw_binary_files(sample_dir):
+    raw_texts = [p.read_text() for p in (sample_dir / BINARY_RELEASE / BINARY_RUN).glob("epoch_*/results.json")]
+    assert any("NaN" in text for text in raw_texts)
+
+
+def test_grad_norm_first_appears_late(documents):
+    docs = documents["mt3_2f_grpo_mt_v3_2fp"]
+    assert [doc["epoch"] for doc in docs if "grad_norm" in doc] == list(range(400, 481))
+    assert not any("grad_norm" in doc for run_id, run in documents.items() if run_id != "mt3_2f_grpo_mt_v3_2fp"
+                   for doc in run)
+
+
+def test_entropy_declines_and_lr_warms_up(documents):
+    for docs in documents.values():
+        entropy = np.array([doc["sample_entropy"] for doc in docs])
+        assert 1.2 < entropy[:50].mean() < 1.5 and entropy[-50:].mean() < entropy[:50].mean()
+        lr = [doc["lr"] for doc in docs]
+        assert lr[0] < lr[9] and lr[-1] < lr[9]
+
+
+def test_files_are_realistically_small(sample_dir):
+    sizes = [p.stat().st_size for p in (sample_dir / MULTI_TARGET_RELEASE).rglob("epoch_*_results.json")]
+    assert 4_000 < np.mean(sizes) < 9_000
+
+
+def test_same_seed_is_byte_identical_and_another_seed_differs(tmp_path, sample_dir):
+    write_sample(tmp_path / "again")
+    assert file_bytes(tmp_path / "again") == file_bytes(sample_dir)
+    write_sample(tmp_path / "other", seed=1)
+    other = tmp_path / "other" / MULTI_TARGET_RELEASE / "mt3_2f_grpo_mt_v3_2fp" / "epoch_100_results.json"
+    same = sample_dir / MULTI_TARGET_RELEASE / "mt3_2f_grpo_mt_v3_2fp" / "epoch_100_results.json"
+    assert other.read_bytes() != same.read_bytes()
+
+
+def test_scale_two_adds_one_replicate_of_every_run(tmp_path):
+    messages = []
+    release_dirs = write_sample(tmp_path, scale=2, progress=messages.append)
+    assert [d.name for d in release_dirs] == [
+        MULTI_TARGET_RELEASE, BINARY_RELEASE, f"{MULTI_TARGET_RELEASE}_s001", f"{BINARY_RELEASE}_s001",
+    ]
+    runs = sorted(f"{d.parent.name}/{d.name}" for d in tmp_path.glob("*/*") if d.is_dir())
+    expected = sorted(
+        [f"{release}/{run_id}" for release, run_id in EXPECTED_RUNS]
+        + [f"{release}_s001/{run_id}_s001" for release, run_id in EXPECTED_RUNS]
+    )
+    assert runs == expected
+    assert len(messages) == 10
+    replicate = tmp_path / f"{BINARY_RELEASE}_s001" / f"{BINARY_RUN}_s001"
+    assert len(list(replicate.iterdir())) == 491
+    base = json.loads((tmp_path / BINARY_RELEASE / BINARY_RUN / "epoch_200" / "results.json").read_text())
+    copy = json.loads((replicate / "epoch_200" / "results.json").read_text())
+    assert base["trajectory_ids"] != copy["trajectory_ids"]
+
+
+def test_ensure_sample_skips_a_matching_marker_and_rewrites_on_a_new_seed(tmp_path):
+    release_dirs = ensure_sample(tmp_path, seed=3)
+    marker = json.loads((tmp_path / ".sample.json").read_text())
+    assert marker == {"sample_version": SAMPLE_VERSION, "seed": 3, "scale": 1}
+    probe = tmp_path / MULTI_TARGET_RELEASE / "mt3_2f_grpo_mt_v3_2fp" / "epoch_000_results.json"
+    os.utime(probe, ns=(1_000_000_000, 1_000_000_000))
+    before = probe.read_bytes()
+
+    assert ensure_sample(tmp_path, seed=3) == release_dirs
+    assert probe.stat().st_mtime_ns == 1_000_000_000
+
+    ensure_sample(tmp_path, seed=4)
+    assert probe.stat().st_mtime_ns != 1_000_000_000
+    assert probe.read_bytes() != before
+    assert json.loads((tmp_path / ".sample.json").read_text())["seed"] == 4
+
+
+def test_ensure_sample_removes_replicates_of_a_larger_previous_scale(tmp_path):
+    ensure_sample(tmp_path, scale=2)
+    ensure_sample(tmp_path, scale=1)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted([MULTI_TARGET_RELEASE, BINARY_RELEASE])
+
+
+def test_invalid_arguments_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        write_sample(tmp_path, seed=-1)
+    with pytest.raises(ValueError):
+        write_sample(tmp_path, scale=0)
