@@ -58,7 +58,6 @@ k=1..K-1 in releases ``<release>_s{k:03d}`` with run ids suffixed ``_s{k:03d}``.
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 import os
 import re
@@ -405,7 +404,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _audit_quality(spec, rng, epochs, target_index, is_fp_control) -> np.ndarray:
+def _audit_quality(
+    spec: RunSpec, rng: np.random.Generator, epochs: np.ndarray, target_index: np.ndarray, is_fp_control: np.ndarray
+) -> np.ndarray:
     """Latent quality of each audit: the policy's skill at its task, the target's difficulty and noise."""
     quirk_skill = _skill(epochs, spec.quirk_skill_start, spec.quirk_skill_gain, spec.quirk_skill_tau)
     fp_skill = _skill(epochs, spec.fp_skill_start, spec.fp_skill_gain, spec.fp_skill_tau)
@@ -420,7 +421,7 @@ def _judge_score(quality: np.ndarray) -> np.ndarray:
     return np.clip(np.round((4.0 + 2.0 * quality) * 2.0) / 2.0, 0.0, 10.0)
 
 
-def _judge_timeouts(rng, judge_scores: np.ndarray, default_score: float) -> np.ndarray:
+def _judge_timeouts(rng: np.random.Generator, judge_scores: np.ndarray, default_score: float) -> np.ndarray:
     """A judge timeout gives a whole group one default score: a zero-variance group."""
     timed_out = rng.random((judge_scores.shape[0], NUM_GROUPS, 1)) < 0.015
     return np.where(timed_out, default_score, judge_scores)
@@ -460,7 +461,7 @@ def _binary_success_rate(epochs: np.ndarray) -> np.ndarray:
     return rise - collapse
 
 
-def _binary_rewards(rng, epochs, target_index):
+def _binary_rewards(rng: np.random.Generator, epochs: np.ndarray, target_index: np.ndarray):
     success_rate = _binary_success_rate(epochs)
     logit = np.log(success_rate / (1.0 - success_rate))
     # Binary groups share one prompt and target, so the group effect dominates: many all-0/all-1 groups.
