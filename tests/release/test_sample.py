@@ -27,10 +27,14 @@ BINARY_RUN = "binary_v1_grpo_binary_v1_bs64"
 
 
 @pytest.fixture(scope="module")
-def sample_dir(tmp_path_factory) -> Path:
+def written_sample(tmp_path_factory) -> tuple[Path, list[Path]]:
     out = tmp_path_factory.mktemp("sample")
-    write_sample(out)
-    return out
+    return out, write_sample(out)
+
+
+@pytest.fixture(scope="module")
+def sample_dir(written_sample) -> Path:
+    return written_sample[0]
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +52,10 @@ def file_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_write_sample_returns_the_two_release_folders(tmp_path):
-    assert write_sample(tmp_path) == [tmp_path / MULTI_TARGET_RELEASE, tmp_path / BINARY_RELEASE]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([MULTI_TARGET_RELEASE, BINARY_RELEASE])
+def test_write_sample_returns_the_two_release_folders(written_sample):
+    out, release_dirs = written_sample
+    assert release_dirs == [out / MULTI_TARGET_RELEASE, out / BINARY_RELEASE]
+    assert sorted(p.name for p in out.iterdir()) == sorted([MULTI_TARGET_RELEASE, BINARY_RELEASE])
 
 
 @pytest.mark.parametrize(("release", "run_id"), list(EXPECTED_RUNS))
@@ -266,9 +271,16 @@ def test_ensure_sample_skips_a_matching_marker_and_rewrites_on_a_new_seed(tmp_pa
 
 
 def test_ensure_sample_removes_replicates_of_a_larger_previous_scale(tmp_path):
-    ensure_sample(tmp_path, scale=2)
+    # Stands in for what ensure_sample(scale=2) leaves behind, without paying for writing it.
+    for release in (f"{MULTI_TARGET_RELEASE}_s001", f"{BINARY_RELEASE}_s001"):
+        (tmp_path / release / "some_run_s001").mkdir(parents=True)
+    previous = {"sample_version": SAMPLE_VERSION, "seed": 0, "scale": 2}
+    (tmp_path / ".sample.json").write_text(json.dumps(previous))
+    (tmp_path / "unrelated_release").mkdir()
     ensure_sample(tmp_path, scale=1)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted([MULTI_TARGET_RELEASE, BINARY_RELEASE])
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(
+        [MULTI_TARGET_RELEASE, BINARY_RELEASE, "unrelated_release"]
+    )
 
 
 def test_invalid_arguments_are_refused(tmp_path):

@@ -1,0 +1,1 @@
+"""grpo-warehouse: an analytical warehouse for GRPO training runs."""

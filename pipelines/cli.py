@@ -1,0 +1,225 @@
+"""grpo-warehouse: build the warehouse, write the sample release, query the tables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from pipelines.defs.resources import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
+
+RUN_PARTITIONS = "run_id"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+class CommandError(Exception):
+    """A reason the command could not do its work, printed on one line."""
+
+
+def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--warehouse",
+        default=os.environ.get(ENV_WAREHOUSE, DEFAULT_WAREHOUSE),
+        help=f"warehouse folder (default: ${ENV_WAREHOUSE} or ./{DEFAULT_WAREHOUSE})",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="grpo-warehouse", description=__doc__)
+    commands = top.add_subparsers(dest="command", required=True)
+
+    build = commands.add_parser("build", help="materialize every asset against the releases")
+    build.add_argument("--release", action="append", default=[], metavar="DIR",
+                       help="a release folder of run folders; repeat for several (default: the bundled sample release)")
+    build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
+    build.add_argument("--workers", type=int, default=0, help="ingest processes (default: one per core)")
+    build.add_argument("--wait", type=float, default=600, metavar="SECONDS",
+                       help="how long to wait for another build of the same warehouse to finish (default 600)")
+    _warehouse_arg(build)
+
+    sample = commands.add_parser("sample", help="write the deterministic sample releases")
+    sample.add_argument("--out", required=True, type=Path, metavar="DIR")
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--scale", type=int, default=1, help="write K times as many runs (for benchmarks)")
+
+    sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
+    sql.add_argument("query")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    _warehouse_arg(sql)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            return run_build(args)
+        if args.command == "sample":
+            return run_sample(args)
+        return run_sql(args)
+    except CommandError as exc:
+        print(f"grpo-warehouse {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"grpo-warehouse {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def run_sample(args) -> int:
+    from pipelines.release.sample import write_sample
+
+    if args.scale < 1:
+        raise CommandError("--scale must be 1 or more")
+    started = time.perf_counter()
+    folders = write_sample(args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True))
+    print(f"wrote {len(folders)} release folder(s) under {args.out.absolute()} in {time.perf_counter() - started:.1f} s:")
+    for folder in folders:
+        print(f"  {folder}")
+    return 0
+
+
+def run_build(args) -> int:
+    from filelock import FileLock, Timeout
+
+    for release in args.release:
+        if not Path(release).is_dir():
+            raise CommandError(f"release folder {release} does not exist or is not a folder")
+    if args.registry and not Path(args.registry).is_file():
+        raise CommandError(f"registry file {args.registry} does not exist")
+    # The code location reads its configuration from the environment, as it does under `dg dev`.
+    os.environ[ENV_WAREHOUSE] = str(Path(args.warehouse).absolute())
+    if args.release:
+        os.environ[ENV_RELEASES] = os.pathsep.join(str(Path(r).absolute()) for r in args.release)
+    else:
+        os.environ.pop(ENV_RELEASES, None)
+    if args.registry:
+        os.environ[ENV_REGISTRY] = str(Path(args.registry).absolute())
+    if args.workers:
+        os.environ[ENV_WORKERS] = str(args.workers)
+
+    warehouse = Path(args.warehouse).absolute()
+    warehouse.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(warehouse / ".build.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"another build of {warehouse} is running; waiting up to {args.wait:.0f} s for it to finish", flush=True)
+        try:
+            lock.acquire(timeout=args.wait)
+        except Timeout:
+            raise CommandError(f"another build of {warehouse} is still running after {args.wait:.0f} s") from None
+    try:
+        return _build_locked(warehouse)
+    finally:
+        lock.release()
+
+
+def _build_locked(warehouse: Path) -> int:
+    import dagster as dg
+
+    from pipelines.definitions import defs as load_defs
+    from pipelines.defs.resources import WarehouseConfig
+    from pipelines.release.discover import find_run_folders
+
+    started = time.perf_counter()
+    config = WarehouseConfig.from_env()
+    if not config.releases:
+        print(f"no --release given: building the bundled sample release (in {config.sample_dir})", flush=True)
+    roots = config.release_roots()
+    runs, _, problems = find_run_folders(roots)
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    print(f"found {len(runs)} run(s) in {len(roots)} release(s)", flush=True)
+
+    definitions = load_defs()
+    job = definitions.resolve_job_def("refresh_warehouse")
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    with instance:
+        known = set(instance.get_dynamic_partitions(RUN_PARTITIONS))
+        new = sorted(set(runs) - known)
+        if new:
+            instance.add_dynamic_partitions(RUN_PARTITIONS, new)
+        keys = instance.get_dynamic_partitions(RUN_PARTITIONS)
+        run_config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+        if keys:
+            result = job.execute_in_process(
+                instance=instance,
+                run_config=run_config,
+                tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]},
+                raise_on_error=False,
+            )
+        else:
+            result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                            asset_selection=_unpartitioned_keys(definitions))
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
+        step = f" in {failure.step_key}" if failure else ""
+        raise CommandError(f"the build failed{step}: {reason}")
+    print_summary(warehouse, time.perf_counter() - started)
+    return 0
+
+
+def _unpartitioned_keys(definitions) -> list:
+    graph = definitions.resolve_asset_graph()
+    return [key for key in graph.get_all_asset_keys() if graph.get(key).partitions_def is None]
+
+
+def print_summary(warehouse: Path, seconds: float) -> None:
+    import duckdb
+
+    from pipelines.warehouse_db import published_path
+
+    path = published_path(warehouse)
+    with duckdb.connect(str(path), read_only=True) as con:
+        def count(sql: str) -> int:
+            return con.execute(sql).fetchone()[0]
+
+        runs = count("select count(*) from dim_runs")
+        epochs = count("select count(*) from fact_epochs")
+        trajectories = count("select count(*) from fact_trajectories")
+        quarantined = count("select count(*) from file_inventory where status = 'quarantined'")
+        problems = count("select count(*) from ingest_errors")
+    print(
+        f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
+        f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
+    )
+    print(f"  DuckDB file: {path}")
+    print(f"  Parquet lake: {warehouse / 'lake'}")
+    if (warehouse / "exports").is_dir():
+        print(f"  exports: {warehouse / 'exports'}")
+    print('  try: grpo-warehouse sql "select * from run_summary"')
+
+
+def run_sql(args) -> int:
+    import duckdb
+    import polars as pl
+
+    from pipelines.warehouse_db import published_path
+
+    path = published_path(Path(args.warehouse))
+    if not path.exists():
+        raise CommandError(f"no warehouse at {path}; run `grpo-warehouse build` first")
+    # Read-only, and no file access beyond the warehouse file: a query can neither write nor read elsewhere.
+    config = {"enable_external_access": False, "lock_configuration": True}
+    try:
+        with duckdb.connect(str(path), read_only=True, config=config) as con:
+            relation = con.sql(args.query)
+            frame = relation.pl() if relation is not None else pl.DataFrame()
+    except duckdb.Error as exc:
+        raise CommandError(str(exc).splitlines()[0]) from None
+    if args.format == "csv":
+        sys.stdout.write(frame.write_csv())
+    elif args.format == "json":
+        sys.stdout.write(frame.write_json() + "\n")
+    else:
+        with pl.Config(tbl_rows=max(frame.height, 1), tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
+            print(frame)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

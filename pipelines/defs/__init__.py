@@ -1,0 +1,1 @@
+"""Dagster definitions, one folder per domain of data: ingest, models, exports."""

@@ -1,0 +1,1 @@
+"""Release files into the Parquet lake."""

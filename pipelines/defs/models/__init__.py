@@ -1,0 +1,1 @@
+"""SQL models in sql/, each a DuckDB table and a Dagster asset."""

@@ -1,0 +1,80 @@
+"""The one configurable resource: where releases and the warehouse are, and every metric parameter."""
+
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.release.sample import ensure_sample
+
+ENV_RELEASES = "GRPO_RELEASES"
+ENV_WAREHOUSE = "GRPO_WAREHOUSE_DIR"
+ENV_REGISTRY = "GRPO_REGISTRY"
+ENV_WORKERS = "GRPO_WORKERS"
+DEFAULT_WAREHOUSE = "warehouse"
+
+
+class WarehouseConfig(dg.ConfigurableResource):
+    """Paths and parameters of the warehouse; `from_env()` reads them from GRPO_* environment variables."""
+
+    releases: list[str] = []  # release folders; none means the bundled sample release
+    warehouse_dir: str = DEFAULT_WAREHOUSE
+    registries: list[str] = []  # registry CSVs overriding the bundled one, later ones win
+    max_file_bytes: int = 64 * 2**20
+    workers: int = 0  # processes for ingest; 0 means one per core
+    sample_seed: int = 0
+    # Metric parameters (CONTRACT.md), visible to the SQL as getvariable('<name>').
+    ema_weight: float = 0.9
+    rolling_window: int = 20
+    final_window: int = 50
+    bootstrap_reps: int = 2000
+    bootstrap_seed: int = 20260101
+    ci_level: float = 0.95
+    breakdown_window: int = 50
+    snapshot_model_prefix: str = "claude-haiku-4-5-20251001-"
+
+    @classmethod
+    def from_env(cls, **overrides) -> "WarehouseConfig":
+        values: dict = {}
+        if os.environ.get(ENV_RELEASES):
+            values["releases"] = [p for p in os.environ[ENV_RELEASES].split(os.pathsep) if p]
+        if os.environ.get(ENV_WAREHOUSE):
+            values["warehouse_dir"] = os.environ[ENV_WAREHOUSE]
+        if os.environ.get(ENV_REGISTRY):
+            values["registries"] = [os.environ[ENV_REGISTRY]]
+        if os.environ.get(ENV_WORKERS):
+            values["workers"] = int(os.environ[ENV_WORKERS])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def warehouse(self) -> Path:
+        return Path(self.warehouse_dir).absolute()
+
+    @property
+    def sample_dir(self) -> Path:
+        return self.warehouse / "sample_release"
+
+    def release_roots(self) -> list[Path]:
+        """The configured release folders, or the bundled sample release, written on first use."""
+        if self.releases:
+            return [Path(r).absolute() for r in self.releases]
+        return [Path(p).absolute() for p in ensure_sample(self.sample_dir, seed=self.sample_seed)]
+
+    def metric_parameters(self) -> dict:
+        return {
+            "ema_weight": self.ema_weight,
+            "rolling_window": self.rolling_window,
+            "final_window": self.final_window,
+            "bootstrap_reps": self.bootstrap_reps,
+            "bootstrap_seed": self.bootstrap_seed,
+            "ci_level": self.ci_level,
+            "breakdown_window": self.breakdown_window,
+            "snapshot_model_prefix": self.snapshot_model_prefix,
+        }
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    return dg.Definitions(resources={"warehouse": WarehouseConfig.from_env()})

@@ -1,0 +1,283 @@
+"""The Parquet lake: one folder per table, one partition per run, rewritten only when a run's files change."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+from filelock import FileLock
+
+from pipelines.release.decode import DecodeError, EpochDoc, decode_epoch
+from pipelines.release.discover import EpochFile, RunFolder, RunListing, SkippedEntry, list_run
+from pipelines.release.flatten import flatten
+
+LAKE_FORMAT = 1
+RUN_TABLES = ("epochs", "trajectories", "errors", "files")
+ERROR_COLUMNS = {
+    "run_id": pl.String,
+    "source_path": pl.String,
+    "epoch": pl.Int64,
+    "error_kind": pl.String,
+    "severity": pl.String,  # "error": the file was not loaded; "warning": it was loaded, see message
+    "message": pl.String,
+    "action": pl.String,
+}
+FILE_COLUMNS = {
+    "run_id": pl.String,
+    "source_path": pl.String,
+    "layout": pl.String,
+    "epoch_in_name": pl.Int64,
+    "size_bytes": pl.Int64,
+    "mtime": pl.Datetime("us", "UTC"),
+    "status": pl.String,  # loaded | loaded_with_warnings | quarantined | skipped
+    "reason": pl.String,
+}
+
+
+def partition_file(lake: Path, table: str, run_id: str) -> Path:
+    return lake / table / f"run_id={run_id}" / "data.parquet"
+
+
+def manifest_file(lake: Path, run_id: str) -> Path:
+    return lake / "manifests" / f"{run_id}.json"
+
+
+def write_atomically(frame: pl.DataFrame, path: Path) -> None:
+    """Writes Parquet to a temporary name beside path, then renames it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    frame.write_parquet(tmp, statistics=True)
+    os.replace(tmp, path)
+
+
+def write_text_atomically(text: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass
+class RunIngestResult:
+    run_id: str
+    changed: bool
+    files_parsed: int
+    files_quarantined: int  # quarantined files in the run now, parsed this time or earlier
+    epochs: int  # epoch documents loaded in the lake for this run
+    trajectories: int
+    seconds: float
+
+
+@dataclass
+class _Outcome:
+    """What became of one epoch file, as remembered in the manifest between builds."""
+
+    size: int
+    mtime_ns: int
+    status: str
+    reason: str | None
+    epoch: int | None
+
+
+def _read_manifest(lake: Path, run_id: str) -> dict:
+    path = manifest_file(lake, run_id)
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if manifest.get("format") == LAKE_FORMAT else {}
+
+
+def _read_partition(lake: Path, table: str, run_id: str) -> pl.DataFrame | None:
+    path = partition_file(lake, table, run_id)
+    return pl.read_parquet(path) if path.exists() else None
+
+
+def _keep_rows(frame: pl.DataFrame | None, drop_paths: set[str]) -> pl.DataFrame | None:
+    if frame is None:
+        return None
+    return frame.filter(~pl.col("source_path").is_in(list(drop_paths)))
+
+
+def _concat(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
+    present = [f for f in frames if f is not None and f.width > 0]
+    return pl.concat(present, how="diagonal_relaxed") if present else pl.DataFrame()
+
+
+def _decode_file(file: EpochFile, max_file_bytes: int) -> EpochDoc:
+    if file.size > max_file_bytes:
+        raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes}")
+    try:
+        data = file.path.read_bytes()
+    except OSError as exc:
+        raise DecodeError("unreadable", f"cannot read the file: {exc.strerror}") from None
+    doc = decode_epoch(data)
+    if doc.epoch != file.epoch_in_name:
+        raise DecodeError(
+            "epoch_mismatch", f"the file says epoch {doc.epoch} but its name says epoch {file.epoch_in_name}"
+        )
+    return doc
+
+
+def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunIngestResult:
+    """Brings one run's lake partitions up to date with its folder, parsing only new or changed files."""
+    started = time.perf_counter()
+    run_id = listing.run.run_id
+    lake = Path(lake)
+    (lake / ".locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(lake / ".locks" / f"{run_id}.lock"):
+        previous = _read_manifest(lake, run_id)
+        known: dict[str, _Outcome] = {k: _Outcome(**v) for k, v in previous.get("files", {}).items()}
+        current = {f.source_path: f for f in listing.epoch_files}
+        skipped = sorted((asdict(s) for s in listing.skipped), key=lambda s: s["source_path"])
+        changed = [
+            f for f in listing.epoch_files
+            if (o := known.get(f.source_path)) is None or (o.size, o.mtime_ns) != (f.size, f.mtime_ns)
+        ]
+        removed = set(known) - set(current)
+        partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
+        if not changed and not removed and previous.get("skipped") == skipped and partitions_present:
+            return _result(run_id, False, 0, known, lake, started)
+
+        stale = {f.source_path for f in changed} | removed
+        outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
+        documents: list[tuple[EpochFile, EpochDoc]] = []
+        new_errors: list[dict] = []
+        for file in changed:
+            try:
+                doc = _decode_file(file, max_file_bytes)
+            except DecodeError as exc:
+                new_errors.append(_error(run_id, file.source_path, file.epoch_in_name, exc.error_kind,
+                                         "error", exc.message, "quarantined: not loaded"))
+                outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "quarantined", exc.error_kind, file.epoch_in_name)
+                continue
+            for kind, message in doc.warnings:
+                new_errors.append(_error(run_id, file.source_path, doc.epoch, kind, "warning", message, "loaded"))
+            status = "loaded_with_warnings" if doc.warnings else "loaded"
+            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch)
+            documents.append((file, doc))
+
+        new_epochs, new_trajectories, notes = flatten(run_id, documents)
+        epochs = _concat([_keep_rows(_read_partition(lake, "epochs", run_id), stale), new_epochs])
+        trajectories = _concat([_keep_rows(_read_partition(lake, "trajectories", run_id), stale), new_trajectories])
+        parse_errors = _keep_rows(_read_partition(lake, "errors", run_id), stale)
+        if parse_errors is not None:
+            # Inventory problems and type-drift notes are recomputed below on every change.
+            parse_errors = parse_errors.filter(pl.col("source_path").is_in(list(current)))
+        errors = _concat([
+            parse_errors,
+            pl.DataFrame(new_errors, schema=ERROR_COLUMNS),
+            _inventory_errors(run_id, listing.skipped),
+        ])
+        errors = errors.filter(pl.col("error_kind") != "type_drift")
+        errors = _concat([errors, pl.DataFrame(
+            [_error(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded as JSON text") for note in notes],
+            schema=ERROR_COLUMNS,
+        )]) if notes else errors
+
+        for table, frame in (("epochs", epochs), ("trajectories", trajectories)):
+            if frame.height:
+                write_atomically(frame.sort("epoch", "source_path"), partition_file(lake, table, run_id))
+            else:
+                partition_file(lake, table, run_id).unlink(missing_ok=True)
+        write_atomically(errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS),
+                         partition_file(lake, "errors", run_id))
+        write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
+        # The manifest goes last: a crash before this line only means the same files are parsed again.
+        manifest = {
+            "format": LAKE_FORMAT,
+            "run_id": run_id,
+            "release": listing.run.release,
+            "files": {path: asdict(o) for path, o in sorted(outcomes.items())},
+            "skipped": skipped,
+        }
+        write_text_atomically(json.dumps(manifest, indent=1), manifest_file(lake, run_id))
+        return _result(run_id, True, len(changed), outcomes, lake, started, epochs, trajectories)
+
+
+def _error(run_id, source_path, epoch, kind, severity, message, action) -> dict:
+    return {"run_id": run_id, "source_path": source_path, "epoch": epoch, "error_kind": kind,
+            "severity": severity, "message": message, "action": action}
+
+
+def _inventory_errors(run_id: str, skipped: list[SkippedEntry]) -> pl.DataFrame:
+    rows = [_error(run_id, s.source_path, None, "bad_entry", "error", s.reason, "skipped")
+            for s in skipped if s.is_problem]
+    return pl.DataFrame(rows, schema=ERROR_COLUMNS)
+
+
+def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _Outcome],
+               skipped: list[SkippedEntry]) -> pl.DataFrame:
+    rows = [
+        {"run_id": run_id, "source_path": path, "layout": f.layout, "epoch_in_name": f.epoch_in_name,
+         "size_bytes": f.size, "mtime": datetime.fromtimestamp(f.mtime_ns / 1e9, tz=timezone.utc),
+         "status": outcomes[path].status, "reason": outcomes[path].reason}
+        for path, f in sorted(current.items())
+    ]
+    rows += [
+        {"run_id": run_id, "source_path": s.source_path, "layout": None, "epoch_in_name": None,
+         "size_bytes": None, "mtime": None, "status": "skipped", "reason": s.reason}
+        for s in skipped
+    ]
+    return pl.DataFrame(rows, schema=FILE_COLUMNS)
+
+
+def _result(run_id, changed, parsed, outcomes: dict[str, _Outcome], lake: Path, started: float,
+            epochs: pl.DataFrame | None = None, trajectories: pl.DataFrame | None = None) -> RunIngestResult:
+    n_epochs = epochs.height if epochs is not None else _count_rows(partition_file(lake, "epochs", run_id))
+    n_traj = (trajectories.height if trajectories is not None
+              else _count_rows(partition_file(lake, "trajectories", run_id)))
+    quarantined = sum(o.status == "quarantined" for o in outcomes.values())
+    return RunIngestResult(run_id, changed, parsed, quarantined, n_epochs, n_traj,
+                           round(time.perf_counter() - started, 3))
+
+
+def _count_rows(path: Path) -> int:
+    return pl.scan_parquet(path).select(pl.len()).collect().item() if path.exists() else 0
+
+
+def remove_run(lake: Path, run_id: str) -> None:
+    """Drops a run that no longer exists in any release from every lake table."""
+    for table in RUN_TABLES:
+        partition_file(lake, table, run_id).unlink(missing_ok=True)
+    manifest_file(lake, run_id).unlink(missing_ok=True)
+
+
+def ingest_run_folder(run: RunFolder, lake: Path, max_file_bytes: int) -> RunIngestResult:
+    return ingest_run(list_run(run), lake, max_file_bytes)
+
+
+def ingest_runs(
+    runs: list[RunFolder],
+    lake: Path,
+    max_file_bytes: int,
+    workers: int = 0,
+    progress: Callable[[RunIngestResult, int, int], None] | None = None,
+) -> list[RunIngestResult]:
+    """Ingests runs independently, in parallel processes when there are several; reports each as it finishes."""
+    workers = min(workers or os.cpu_count() or 1, len(runs))
+    results: list[RunIngestResult] = []
+
+    def done(result: RunIngestResult) -> None:
+        results.append(result)
+        if progress:
+            progress(result, len(results), len(runs))
+
+    if workers <= 1:
+        for run in runs:
+            done(ingest_run_folder(run, lake, max_file_bytes))
+    else:
+        # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not survive fork.
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(ingest_run_folder, run, lake, max_file_bytes) for run in runs]
+            for future in as_completed(futures):
+                done(future.result())
+    return sorted(results, key=lambda r: r.run_id)

@@ -1,0 +1,138 @@
+"""SQL models: one `select` per file under sql/, its table named after the file, its inputs read from the SQL itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+LAKE_SCHEMA = "lake"
+_LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
+
+
+class ModelError(Exception):
+    """A model that cannot be loaded or run; the message names its file."""
+
+
+@dataclass(frozen=True)
+class SqlModel:
+    name: str
+    layer: str  # the folder under sql/: "staging" or "marts"
+    path: Path
+    sql: str
+    description: str  # the file's header comment
+    model_deps: tuple[str, ...]  # other models it reads
+    lake_deps: tuple[str, ...]  # lake views it reads (lake.<table>)
+
+    def fingerprint(self, params: dict, upstream: list[str]) -> str:
+        payload = json.dumps([self.sql, params, sorted(upstream)], sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def header_comment(sql: str) -> str:
+    match = _LEADING_COMMENT.match(sql)
+    if not match:
+        return ""
+    lines = [line.strip().removeprefix("--").strip() for line in match.group(1).splitlines()]
+    return " ".join(line for line in lines if line).strip()
+
+
+def referenced_tables(sql: str) -> set[tuple[str, str]]:
+    """(schema, table) of every table the query reads, from DuckDB's own parse tree; CTE names excluded."""
+    con = duckdb.connect()
+    try:
+        tree = json.loads(con.execute("select json_serialize_sql(?)", [sql]).fetchone()[0])
+    finally:
+        con.close()
+    if tree.get("error"):
+        raise ValueError(tree.get("error_message", "cannot parse"))
+    tables: set[tuple[str, str]] = set()
+    ctes: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and node.get("table_name"):
+                tables.add((node.get("schema_name") or "", node["table_name"]))
+            cte_map = node.get("cte_map")
+            if isinstance(cte_map, dict):
+                ctes.update(entry.get("key", "") for entry in cte_map.get("map", []))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(tree)
+    return {(schema, table) for schema, table in tables if schema or table not in ctes}
+
+
+def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset()) -> dict[str, SqlModel]:
+    """Every model under sql_dir, keyed by name, in an order where each model follows what it reads."""
+    paths = sorted(Path(sql_dir).glob("*/*.sql"))
+    names = {p.stem for p in paths}
+    duplicates = sorted(n for n in names if sum(p.stem == n for p in paths) > 1)
+    if duplicates:
+        raise ModelError(f"two model files define the same table: {', '.join(duplicates)}")
+    models: dict[str, SqlModel] = {}
+    for path in paths:
+        sql = path.read_text()
+        try:
+            tables = referenced_tables(sql)
+        except ValueError as exc:
+            raise ModelError(f"{path}: the SQL does not parse: {exc}") from None
+        model_deps, lake_deps = set(), set()
+        for schema, table in tables:
+            if schema == LAKE_SCHEMA and (not lake_tables or table in lake_tables):
+                lake_deps.add(table)
+            elif not schema and table in names and table != path.stem:
+                model_deps.add(table)
+            else:
+                qualified = f"{schema}.{table}" if schema else table
+                raise ModelError(
+                    f"{path}: reads table `{qualified}`, which is neither a model in {sql_dir} "
+                    f"nor a lake table ({', '.join(f'{LAKE_SCHEMA}.{t}' for t in sorted(lake_tables)) or 'lake.*'})"
+                )
+        models[path.stem] = SqlModel(
+            path.stem, path.parent.name, path, sql, header_comment(sql), tuple(sorted(model_deps)), tuple(sorted(lake_deps))
+        )
+    return _in_dependency_order(models)
+
+
+def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:
+    ordered: dict[str, SqlModel] = {}
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        if name in visiting:
+            raise ModelError(f"{models[name].path}: models read each other in a cycle through `{name}`")
+        visiting.add(name)
+        for dep in models[name].model_deps:
+            visit(dep)
+        visiting.discard(name)
+        ordered[name] = models[name]
+
+    for name in sorted(models):
+        visit(name)
+    return ordered
+
+
+def set_parameters(con: duckdb.DuckDBPyConnection, params: dict) -> None:
+    """Makes the metric parameters visible to the SQL as `getvariable('name')`."""
+    for name, value in params.items():
+        con.execute(f"set variable {name} = ?", [value])
+
+
+def run_model(con: duckdb.DuckDBPyConnection, model: SqlModel) -> int:
+    """Creates or replaces the model's table; returns its row count."""
+    try:
+        con.execute(f"create or replace table {model.name} as\n{model.sql}")
+    except duckdb.Error as exc:
+        raise ModelError(f"{model.path}: {exc}") from None
+    return con.execute(f"select count(*) from {model.name}").fetchone()[0]

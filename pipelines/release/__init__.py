@@ -1,0 +1,1 @@
+"""Plain Python over published releases: discover, decode, flatten, sample. Knows nothing of Dagster."""

@@ -1,0 +1,20 @@
+-- One row per run: its release, reward family, false-positive controls per group, group size, ablation and label.
+with runs as (
+    select * from lake.runs
+),
+
+final as (
+    select
+        run_id,
+        release,
+        reward_family,
+        fp_per_group,
+        group_size,
+        ablation,
+        label,
+        release_root
+    from runs
+)
+
+select * from final
+order by run_id

@@ -1,0 +1,30 @@
+-- One row per run × epoch × trajectory, with its group (traj_index // group_size) and per-trajectory extras.
+with trajectories as (
+    select * from lake.trajectories
+),
+
+kept_documents as (
+    select run_id, epoch, source_path from fact_epochs
+),
+
+runs as (
+    select run_id, group_size from dim_runs
+),
+
+final as (
+    select
+        trajectories.run_id,
+        trajectories.epoch,
+        trajectories.traj_index,
+        trajectories.traj_index // runs.group_size as group_index,
+        trajectories.trajectory_id,
+        trajectories.reward,
+        trajectories.advantage,
+        trajectories.* exclude (run_id, epoch, traj_index, trajectory_id, reward, advantage)
+    from trajectories
+    inner join kept_documents using (run_id, epoch, source_path)
+    inner join runs using (run_id)
+)
+
+select * from final
+order by run_id, epoch, traj_index

@@ -1,0 +1,48 @@
+-- One row per problem found in the input: the file (path relative to its release), what is wrong and where,
+-- and what was done about it. Rebuilt by every build, so a fixed file leaves it.
+with file_problems as (
+    select * from lake.errors
+),
+
+release_problems as (
+    select * from lake.release_errors
+),
+
+duplicate_documents as (
+    select
+        copies.run_id,
+        copies.source_path,
+        copies.epoch,
+        'duplicate_epoch' as error_kind,
+        'warning' as severity,
+        'epoch ' || copies.epoch || ' is also in ' || kept.source_path
+            || '; the most recently written file is kept' as message,
+        'not loaded: duplicate' as action
+    from epoch_copies as copies
+    inner join epoch_copies as kept
+        on kept.run_id = copies.run_id and kept.epoch = copies.epoch and kept.copy_rank = 1
+    where copies.copy_rank > 1
+),
+
+unioned as (
+    select * from file_problems
+    union all by name
+    select * from release_problems
+    union all by name
+    select * from duplicate_documents
+),
+
+final as (
+    select
+        source_path,
+        run_id,
+        epoch,
+        error_kind,
+        message,
+        severity,
+        action
+    from unioned
+)
+
+select * from final
+order by run_id nulls first, source_path, error_kind
