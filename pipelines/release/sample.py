@@ -37,7 +37,7 @@ Reward constructions, by family:
 
 Now and then the judge returns one default score for a whole group (a judge
 timeout), which gives a zero-variance group in the pairwise families; binary
-groups are often all 0 or all 1 because a group shares one prompt and target.
+groups are often all 0 or all 1 because a group shares one audit scenario.
 
 Advantages are normalised within each group, as GRPO trainers do:
 ``A_i = (r_i - mean_g) / (std_g + 1e-4)`` where mean_g and std_g are the mean
@@ -464,7 +464,7 @@ def _binary_success_rate(epochs: np.ndarray) -> np.ndarray:
 def _binary_rewards(rng: np.random.Generator, epochs: np.ndarray, target_index: np.ndarray):
     success_rate = _binary_success_rate(epochs)
     logit = np.log(success_rate / (1.0 - success_rate))
-    # Binary groups share one prompt and target, so the group effect dominates: many all-0/all-1 groups.
+    # A binary group shares one scenario whose difficulty dominates: many all-0/all-1 groups.
     group_effect = rng.normal(0.0, 1.4, (len(epochs), NUM_GROUPS, 1))
     quality = logit[:, None, None] + group_effect + TARGET_DIFFICULTY[target_index] + rng.normal(0.0, 0.6, target_index.shape)
     judge_scores = np.clip(np.round((7.0 + 1.5 * quality) * 2.0) / 2.0, 0.0, 10.0)
