@@ -12,6 +12,8 @@ ENV_RELEASES = "GRPO_RELEASES"
 ENV_WAREHOUSE = "GRPO_WAREHOUSE_DIR"
 ENV_REGISTRY = "GRPO_REGISTRY"
 ENV_WORKERS = "GRPO_WORKERS"
+ENV_SENSOR_INTERVAL = "GRPO_SENSOR_INTERVAL"
+ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
 DEFAULT_WAREHOUSE = "warehouse"
 
 
@@ -24,6 +26,8 @@ class WarehouseConfig(dg.ConfigurableResource):
     max_file_bytes: int = 64 * 2**20
     workers: int = 0  # processes for ingest; 0 means one per core
     sample_seed: int = 0
+    sensor_interval_seconds: int = 30  # how often the release sensor looks for new or changed files
+    settle_seconds: int = 60  # a file whose mtime is this old is complete, even if seen only once
     # Metric parameters (CONTRACT.md), visible to the SQL as getvariable('<name>').
     ema_weight: float = 0.9
     rolling_window: int = 20
@@ -45,6 +49,10 @@ class WarehouseConfig(dg.ConfigurableResource):
             values["registries"] = [os.environ[ENV_REGISTRY]]
         if os.environ.get(ENV_WORKERS):
             values["workers"] = int(os.environ[ENV_WORKERS])
+        if os.environ.get(ENV_SENSOR_INTERVAL):
+            values["sensor_interval_seconds"] = int(os.environ[ENV_SENSOR_INTERVAL])
+        if os.environ.get(ENV_SETTLE_SECONDS):
+            values["settle_seconds"] = int(os.environ[ENV_SETTLE_SECONDS])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
