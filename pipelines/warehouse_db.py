@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,10 +68,12 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         con.execute(f"create or replace view lake.{view} as {body}")
 
 
-def lake_fingerprint(lake: Path) -> str:
-    """Changes whenever any lake file is rewritten; cheap, from file metadata only."""
+def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
+    """Changes whenever a lake file of the given tables (default: all) is rewritten; cheap, from file metadata only."""
     digest = hashlib.sha256()
     for view, (pattern, _) in sorted(LAKE_VIEWS.items()):
+        if tables is not None and view not in tables:
+            continue
         for path in sorted(Path(lake).glob(pattern)):
             st = path.stat()
             digest.update(f"{path.relative_to(lake)}:{st.st_size}:{st.st_mtime_ns};".encode())
@@ -115,14 +118,48 @@ def record_model(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str) -
 def publish(warehouse: Path) -> Path:
     """Copies the build database to warehouse.duckdb by atomic rename, so readers see either the old or the new one.
 
-    Takes the build lock itself: call it outside open_build_db's block.
+    Takes the build lock itself: call it outside open_build_db's block. Readers holding the old file open keep
+    reading it (its inode lives until they close it); new connections see the new one.
     """
     folder = build_dir(warehouse)
     target = published_path(warehouse)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with FileLock(folder / "db.lock"):
+        # Every publisher holds the lock from copy to rename, so a temporary file found now was left by a
+        # publish that was killed: it is garbage.
+        for stale in target.parent.glob(f".{target.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        # Opening replays a WAL that a killed build may have left; the checkpoint folds it into the file we copy.
+        with duckdb.connect(str(folder / "build.duckdb")) as con:
+            con.execute("checkpoint")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         shutil.copyfile(folder / "build.duckdb", tmp)
-    with open(tmp, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, target)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
     return target
+
+
+def publish_if_changed(warehouse: Path, fingerprint: str) -> bool:
+    """Publishes unless warehouse.duckdb already holds the build whose fingerprint is given; True if it published."""
+    marker = build_dir(warehouse) / "published.json"
+    try:
+        previous = json.loads(marker.read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        previous = None  # no marker yet, or one torn by a crash: publish again, which is always safe
+    if previous == fingerprint and published_path(warehouse).exists():
+        return False
+    publish(warehouse)
+    tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"fingerprint": fingerprint}))
+    os.replace(tmp, marker)
+    return True
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Makes a rename in folder durable (a crash of the machine right after does not undo it)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

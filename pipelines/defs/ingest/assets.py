@@ -61,7 +61,10 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             context.log.info(f"run {manifest.stem} no longer exists in any release; removing it from the lake")
             remove_run(lake, manifest.stem)
     for name, frame in (("runs", dim), ("release_files", files), ("release_errors", errors)):
-        write_atomically(frame, lake / f"{name}.parquet")
+        path = lake / f"{name}.parquet"
+        # Rewriting an unchanged file would change its mtime, and so make every model downstream rebuild.
+        if not (path.exists() and pl.read_parquet(path).equals(frame)):
+            write_atomically(frame, path)
         yield dg.MaterializeResult(
             asset_key=["lake", name],
             metadata={"dagster/row_count": frame.height, "dagster/column_schema": column_schema(frame.schema)},

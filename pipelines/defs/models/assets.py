@@ -10,13 +10,12 @@ from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import SQL_DIR, SqlModel, load_models, run_model, set_parameters
 from pipelines.warehouse_db import (
     LAKE_VIEWS,
-    build_dir,
     create_lake_views,
     lake_dir,
     lake_fingerprint,
     model_fingerprint,
     open_build_db,
-    publish,
+    publish_if_changed,
     published_path,
     record_model,
 )
@@ -40,7 +39,7 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, boo
     with open_build_db(warehouse.warehouse) as con:
         upstream = [model_fingerprint(con, dep) or "missing" for dep in model.model_deps]
         if model.lake_deps:
-            upstream.append(lake_fingerprint(lake_dir(warehouse.warehouse)))
+            upstream.append(lake_fingerprint(lake_dir(warehouse.warehouse), model.lake_deps))
         fingerprint = model.fingerprint(params, upstream)
         exists = con.execute(
             "select count(*) from duckdb_tables() where schema_name = 'main' and table_name = ?", [model.name]
@@ -94,16 +93,13 @@ def warehouse_duckdb(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     with open_build_db(warehouse.warehouse, read_only=True) as con:
         state = dict(con.execute("select model, fingerprint from _model_state order by model").fetchall())
     fingerprint = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
-    marker = build_dir(warehouse.warehouse) / "published.json"
     target = published_path(warehouse.warehouse)
-    previous = json.loads(marker.read_text()).get("fingerprint") if marker.exists() else None
-    if previous == fingerprint and target.exists():
-        context.log.info("no table changed since the last publication; warehouse.duckdb kept")
-    else:
-        publish(warehouse.warehouse)
-        marker.write_text(json.dumps({"fingerprint": fingerprint}))
+    published = publish_if_changed(warehouse.warehouse, fingerprint)
+    if published:
         context.log.info(f"published {target}")
+    else:
+        context.log.info("no table changed since the last publication; warehouse.duckdb kept")
     return dg.MaterializeResult(
-        metadata={"path": dg.MetadataValue.path(str(target)), "tables": len(state), "grpo/published": previous != fingerprint},
+        metadata={"path": dg.MetadataValue.path(str(target)), "tables": len(state), "grpo/published": published},
         data_version=dg.DataVersion(fingerprint),
     )
