@@ -37,6 +37,10 @@ class WarehouseConfig(dg.ConfigurableResource):
     ci_level: float = 0.95
     breakdown_window: int = 50
     snapshot_model_prefix: str = "claude-haiku-4-5-20251001-"
+    # Data checks: slack allowed in group advantage normalisation (group_metrics) and between the reported and
+    # recomputed mean reward (the reported_mean_reward_matches check).
+    advantage_tolerance: float = 1e-3
+    reward_tolerance: float = 1e-6
 
     @classmethod
     def from_env(cls, **overrides) -> "WarehouseConfig":
@@ -80,6 +84,7 @@ class WarehouseConfig(dg.ConfigurableResource):
             "ci_level": self.ci_level,
             "breakdown_window": self.breakdown_window,
             "snapshot_model_prefix": self.snapshot_model_prefix,
+            "advantage_tolerance": self.advantage_tolerance,
         }
 
 

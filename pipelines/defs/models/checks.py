@@ -1,0 +1,190 @@
+"""Data checks on the SQL model tables, read from the build database right after each table is rebuilt.
+
+Severity: WARN where the data is merely suspicious (the trainer's numbers look odd, epochs are missing), ERROR
+where a table is wrong. Only one check blocks: a duplicate (run, epoch) in fact_epochs would double-count every
+metric downstream, and staging deduplicates documents, so it can only come from a bug; the build then stops
+before publishing (exit non-zero, naming the check) rather than publish wrong numbers. Every other failing check
+is recorded in Dagster and leaves the build's exit status alone.
+"""
+
+import math
+
+import dagster as dg
+import duckdb
+
+from pipelines.defs.resources import WarehouseConfig
+from pipelines.warehouse_db import open_build_db
+
+EXAMPLES = 50  # offending rows listed in a check's metadata
+
+
+def _examples(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple[int, list[dict]]:
+    """The number of rows a query returns, and the first EXAMPLES of them as dicts."""
+    relation = con.execute(f"select count(*) from ({sql})", params or [])
+    total = relation.fetchone()[0]
+    cursor = con.execute(f"select * from ({sql}) limit {EXAMPLES}", params or [])
+    names = [column[0] for column in cursor.description]
+    return total, [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _result(total: int, examples: list[dict], severity: dg.AssetCheckSeverity, what: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=total == 0,
+        severity=severity,
+        description=f"{total} {what}" if total else f"no {what}",
+        metadata={"count": total, "examples": dg.MetadataValue.json(jsonable(examples))},
+    )
+
+
+def jsonable(rows: list[dict]) -> list[dict]:
+    """Rows with values JSON can hold (NaN and infinities become strings)."""
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, (list, tuple)):
+            return [clean(item) for item in value]
+        return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+    return [{key: clean(value) for key, value in row.items()} for row in rows]
+
+
+def duplicate_epochs(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """(run, epoch) keys held by more than one fact_epochs row."""
+    total, examples = _examples(
+        con,
+        "select run_id, epoch, count(*) as n_rows, list(source_path order by source_path) as source_paths"
+        " from fact_epochs group by run_id, epoch having count(*) > 1 order by run_id, epoch",
+    )
+    return _result(total, examples, dg.AssetCheckSeverity.ERROR, "duplicate (run_id, epoch) key(s) in fact_epochs")
+
+
+def nonzero_kl(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """Epochs whose kl_sample_train is not 0 (the trainer documents it as always 0)."""
+    total, examples = _examples(
+        con,
+        # NaN <> 0 is true in DuckDB, so a NaN KL is reported too
+        "select run_id, epoch, kl_sample_train, source_path from fact_epochs"
+        " where kl_sample_train <> 0 order by run_id, epoch",
+    )
+    return _result(total, examples, dg.AssetCheckSeverity.WARN, "epoch(s) with kl_sample_train other than 0")
+
+
+def inconsistent_trajectory_arrays(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """Epochs whose n_trajectories differs from their trajectory rows, or whose traj_index is not 0..n−1."""
+    total, examples = _examples(
+        con,
+        """
+        with trajectory_counts as (
+            select run_id, epoch, count(*) as n_rows, count(distinct traj_index) as n_positions,
+                   min(traj_index) as first_index, max(traj_index) as last_index
+            from fact_trajectories group by run_id, epoch
+        )
+        select run_id, epoch, epochs.n_trajectories, coalesce(n_rows, 0) as n_trajectory_rows,
+               first_index, last_index
+        from fact_epochs as epochs
+        full outer join trajectory_counts using (run_id, epoch)
+        where epochs.n_trajectories is distinct from coalesce(n_rows, 0)
+           or n_positions <> n_rows or first_index <> 0 or last_index <> n_rows - 1
+        order by run_id, epoch
+        """,
+    )
+    return _result(
+        total, examples, dg.AssetCheckSeverity.ERROR, "epoch(s) whose trajectory rows do not match n_trajectories"
+    )
+
+
+def reported_mean_mismatch(con: duckdb.DuckDBPyConnection, tolerance: float) -> dg.AssetCheckResult:
+    """Epochs whose file-reported mean_reward differs from the recomputed mean of the finite rewards."""
+    total, examples = _examples(
+        con,
+        """
+        select run_id, epoch, reported_mean_reward, mean_reward,
+               reported_mean_reward - mean_reward as difference
+        from epoch_metrics
+        where not coalesce(abs(reported_mean_reward - mean_reward) <= ?, false)
+          -- both missing (an epoch with no finite reward that reports none) is consistent
+          and not (mean_reward is null and (reported_mean_reward is null or isnan(reported_mean_reward)))
+        order by run_id, epoch
+        """,
+        [tolerance],
+    )
+    return _result(
+        total, examples, dg.AssetCheckSeverity.WARN,
+        f"epoch(s) whose reported mean_reward differs from the recomputed one by more than {tolerance:g}",
+    )
+
+
+def unnormalised_groups(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """GRPO groups whose advantages are not normalised within the group (see group_metrics)."""
+    total, examples = _examples(
+        con,
+        "select run_id, epoch, group_index, n_trajectories, advantage_mean, advantage_reward_corr, advantage_problem"
+        " from group_metrics where not advantages_consistent order by run_id, epoch, group_index",
+    )
+    return _result(total, examples, dg.AssetCheckSeverity.WARN, "group(s) whose advantages are not normalised")
+
+
+def epoch_gaps(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """Runs with epochs missing between their first and last loaded epoch."""
+    total, examples = _examples(
+        con,
+        """
+        with loaded as (
+            select run_id, epoch, lead(epoch) over (partition by run_id order by epoch) as next_epoch
+            from epoch_metrics
+        ),
+        gaps as (
+            select run_id, list((epoch + 1)::varchar || '-' || (next_epoch - 1)::varchar order by epoch) as missing_ranges
+            from loaded where next_epoch > epoch + 1 group by run_id
+        )
+        select run_id, first_epoch, last_epoch, n_epochs, missing_epochs, missing_ranges
+        from run_summary left join gaps using (run_id)
+        where missing_epochs > 0
+        order by run_id
+        """,
+    )
+    return _result(total, examples, dg.AssetCheckSeverity.WARN, "run(s) with missing epochs")
+
+
+@dg.asset_check(asset="fact_epochs", blocking=True, description="No two rows share a (run_id, epoch).")
+def no_duplicate_epochs(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return duplicate_epochs(con)
+
+
+@dg.asset_check(asset="fact_epochs", description="kl_sample_train is 0 in every epoch, as the trainer documents.")
+def kl_sample_train_is_zero(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return nonzero_kl(con)
+
+
+@dg.asset_check(
+    asset="fact_trajectories",
+    additional_deps=["fact_epochs"],
+    description="Every epoch has exactly n_trajectories trajectory rows, at positions 0..n−1.",
+)
+def trajectory_arrays_consistent(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return inconsistent_trajectory_arrays(con)
+
+
+@dg.asset_check(asset="epoch_metrics", description="The file's mean_reward matches the recomputed mean (tolerance).")
+def reported_mean_reward_matches(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return reported_mean_mismatch(con, warehouse.reward_tolerance)
+
+
+@dg.asset_check(asset="group_metrics", description="Advantages are normalised within each GRPO group.")
+def advantages_normalised(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return unnormalised_groups(con)
+
+
+@dg.asset_check(
+    asset="run_summary",
+    additional_deps=["epoch_metrics"],
+    description="No epochs are missing between a run's first and last loaded epoch.",
+)
+def no_epoch_gaps(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return epoch_gaps(con)

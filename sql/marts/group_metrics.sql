@@ -1,0 +1,87 @@
+-- One row per run × epoch × GRPO group (group_index = traj_index // group_size): its size, reward mean and
+-- sample std over the finite rewards, whether it carries no learning signal (2+ finite rewards, all equal),
+-- and whether its advantages are normalised within the group. The advantage test is convention-agnostic
+-- (trainers differ on the std's ddof and epsilon): over the trajectories with a finite reward, the advantages
+-- must average to 0 and be an increasing affine function of the rewards (correlation 1), or be all 0 when
+-- those rewards are all equal. Trajectories with a non-finite reward are not tested (trainers give them 0 or
+-- drop them). Tolerance: getvariable('advantage_tolerance').
+with trajectories as (
+    select
+        run_id,
+        epoch,
+        group_index,
+        reward,
+        advantage
+    from fact_trajectories
+),
+
+groups as (
+    select
+        run_id,
+        epoch,
+        group_index,
+        count(*) as n_trajectories,
+        count(*) filter (where isfinite(reward)) as n_finite_rewards,
+        avg(reward) filter (where isfinite(reward)) as reward_mean,
+        stddev_samp(reward) filter (where isfinite(reward)) as reward_std,
+        min(reward) filter (where isfinite(reward)) as reward_min,
+        max(reward) filter (where isfinite(reward)) as reward_max,
+        avg(advantage) filter (where isfinite(reward)) as advantage_mean,
+        max(abs(advantage)) filter (where isfinite(reward)) as advantage_max_abs,
+        count(*) filter (where isfinite(reward) and not coalesce(isfinite(advantage), false)) as n_bad_advantages,
+        corr(reward, advantage) filter (where isfinite(reward) and isfinite(advantage)) as advantage_reward_corr
+    from trajectories
+    group by run_id, epoch, group_index
+),
+
+classified as (
+    select
+        *,
+        n_finite_rewards >= 2 and reward_min = reward_max as is_zero_std,
+        coalesce(reward_min = reward_max, true) as rewards_flat
+    from groups
+),
+
+judged as (
+    select
+        *,
+        case
+            when n_bad_advantages > 0
+                then n_bad_advantages || ' trajectory(ies) with a finite reward have a missing or non-finite advantage'
+            when rewards_flat and advantage_max_abs > getvariable('advantage_tolerance')
+                then 'rewards all equal but advantages are not all 0 (max |advantage| '
+                    || round(advantage_max_abs, 6) || ')'
+            when not rewards_flat and abs(advantage_mean) > getvariable('advantage_tolerance')
+                then 'advantages do not average to 0 (mean ' || round(advantage_mean, 6) || ')'
+            when not rewards_flat
+                -- corr is NaN when the advantages are constant, and DuckDB orders NaN above every number
+                and not coalesce(
+                    isfinite(advantage_reward_corr)
+                    and advantage_reward_corr >= 1 - getvariable('advantage_tolerance'),
+                    false
+                )
+                then 'advantages are not an increasing affine function of the rewards (correlation '
+                    || coalesce(round(advantage_reward_corr, 6)::varchar, 'undefined') || ')'
+        end as advantage_problem
+    from classified
+),
+
+final as (
+    select
+        run_id,
+        epoch,
+        group_index,
+        n_trajectories,
+        n_finite_rewards,
+        reward_mean,
+        reward_std,
+        is_zero_std,
+        advantage_mean,
+        advantage_reward_corr,
+        advantage_problem is null as advantages_consistent,
+        advantage_problem
+    from judged
+)
+
+select * from final
+order by run_id, epoch, group_index
