@@ -17,9 +17,9 @@ from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_epoch
 from pipelines.release.discover import EpochFile, RunFolder, RunListing, SkippedEntry, list_run
-from pipelines.release.flatten import flatten
+from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, combine, drift_notes, flatten
 
-LAKE_FORMAT = 1
+LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
 RUN_TABLES = ("epochs", "trajectories", "errors", "files")
 ERROR_COLUMNS = {
     "run_id": pl.String,
@@ -165,9 +165,19 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
             outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch)
             documents.append((file, doc))
 
-        new_epochs, new_trajectories, notes = flatten(run_id, documents)
-        epochs = _concat([_keep_rows(_read_partition(lake, "epochs", run_id), stale), new_epochs])
-        trajectories = _concat([_keep_rows(_read_partition(lake, "trajectories", run_id), stale), new_trajectories])
+        new_epochs, new_trajectories, new_kinds = flatten(run_id, documents)
+        old_kinds = previous.get("json_columns", {})
+        merged = {}
+        for table, new_frame, schema in (("epochs", new_epochs, EPOCH_COLUMNS),
+                                         ("trajectories", new_trajectories, TRAJECTORY_COLUMNS)):
+            old_frame = _keep_rows(_read_partition(lake, table, run_id), stale)
+            merged[table] = combine(
+                [(old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {})),
+                 (new_frame, new_kinds[table])],
+                schema,
+            )
+        (epochs, epoch_kinds), (trajectories, trajectory_kinds) = merged["epochs"], merged["trajectories"]
+        notes = drift_notes(epoch_kinds) + drift_notes(trajectory_kinds)
         parse_errors = _keep_rows(_read_partition(lake, "errors", run_id), stale)
         if parse_errors is not None:
             # Inventory problems and type-drift notes are recomputed below on every change.
@@ -179,7 +189,8 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
         ])
         errors = errors.filter(pl.col("error_kind") != "type_drift")
         errors = _concat([errors, pl.DataFrame(
-            [_error(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded as JSON text") for note in notes],
+            [_error(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
+             for note in notes],
             schema=ERROR_COLUMNS,
         )]) if notes else errors
 
@@ -198,6 +209,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
             "release": listing.run.release,
             "files": {path: asdict(o) for path, o in sorted(outcomes.items())},
             "skipped": skipped,
+            "json_columns": {"epochs": epoch_kinds, "trajectories": trajectory_kinds},
         }
         write_text_atomically(json.dumps(manifest, indent=1), manifest_file(lake, run_id))
         return _result(run_id, True, len(changed), outcomes, lake, started, epochs, trajectories)

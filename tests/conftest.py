@@ -1,0 +1,69 @@
+"""Shared test helpers: hand-written epoch documents, tiny releases, and in-process builds."""
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+
+def epoch_document(epoch: int, n: int = 4, **extras) -> dict:
+    """A small valid epoch document with n trajectories; rewards 0.0, 0.25, ... and advantages their negatives."""
+    rewards = [i / 4 for i in range(n)]
+    return {
+        "epoch": epoch,
+        "loss": 0.5 + epoch,
+        "mean_reward": sum(rewards) / n if n else 0.0,
+        "kl_sample_train": 0.0,
+        "sample_entropy": 1.5,
+        "train_entropy": 1.25,
+        "snapshot_id": f"ft_snap_{epoch:03d}",
+        "trajectory_ids": [f"ft_traj_{epoch:03d}_{i}" for i in range(n)],
+        "rewards": rewards,
+        "advantages": [-r for r in rewards],
+        **extras,
+    }
+
+
+@pytest.fixture
+def write_epoch():
+    """Writes one epoch document (a dict, or raw text/bytes) in either layout; returns its path."""
+
+    def write(run_dir: Path, epoch: int, document=None, layout: str = "file", name_epoch: int | None = None) -> Path:
+        number = epoch if name_epoch is None else name_epoch
+        path = (run_dir / f"epoch_{number:03d}_results.json" if layout == "file"
+                else run_dir / f"epoch_{number:03d}" / "results.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if document is None:
+            document = epoch_document(epoch)
+        if isinstance(document, dict):
+            document = json.dumps(document)
+        path.write_bytes(document.encode() if isinstance(document, str) else document)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def build():
+    """Runs `grpo-warehouse build` in-process on the given releases (one ingest process); returns the exit code."""
+    from pipelines.cli import main
+
+    def run(releases: list[Path], warehouse: Path, *args: str) -> int:
+        argv = ["build", "--warehouse", str(warehouse), "--workers", "1", *args]
+        for release in releases:
+            argv += ["--release", str(release)]
+        return main(argv)
+
+    return run
+
+
+@pytest.fixture
+def query():
+    """Runs a query on a published warehouse.duckdb, read-only; returns the rows as tuples."""
+
+    def run(warehouse: Path, sql: str, *params) -> list[tuple]:
+        with duckdb.connect(str(Path(warehouse) / "warehouse.duckdb"), read_only=True) as con:
+            return con.execute(sql, list(params)).fetchall()
+
+    return run
