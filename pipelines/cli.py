@@ -45,6 +45,19 @@ def parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--scale", type=int, default=1, help="write K times as many runs (for benchmarks)")
 
+    bench = commands.add_parser("bench", help="time ingest, rebuilds and the whole build against baselines")
+    bench.add_argument("--scale", type=int, action="append", metavar="K",
+                       help="benchmark a sample release K times the published size; repeat for several (default 1 and 10)")
+    bench.add_argument("--release", action="append", default=[], metavar="DIR",
+                       help="benchmark these release folders instead (a linked copy is modified, never the original)")
+    bench.add_argument("--workdir", metavar="DIR", help="where releases and lakes go (default: a temporary folder)")
+    bench.add_argument("--workers", type=int, default=0, help="ingest processes (default: one per core)")
+    bench.add_argument("--repeat", type=int, default=1, help="run each step N times and report medians")
+    bench.add_argument("--json", metavar="FILE", help="write the raw results as JSON")
+    bench.add_argument("--keep", action="store_true", help="keep the generated releases and lakes")
+    bench.add_argument("--no-pandas", action="store_true", help="skip the naive pandas baseline (slow at 100x)")
+    bench.add_argument("--no-serial", action="store_true", help="skip the 1-worker ingest (the parallel speedup)")
+
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -59,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_build(args)
         if args.command == "sample":
             return run_sample(args)
+        if args.command == "bench":
+            from pipelines.bench import main as run_bench
+
+            return run_bench(args)
         return run_sql(args)
     except CommandError as exc:
         print(f"grpo-warehouse {args.command}: {exc}", file=sys.stderr)

@@ -1,0 +1,622 @@
+"""grpo-warehouse bench: times ingest against its lower bound and its peers, incremental rebuilds and the whole build.
+
+Every measured step runs in a fresh Python process, so that its peak memory is its own: the child reports its own
+high-water mark (VmHWM) and the parent samples the whole process tree's RSS (the ingest's pool workers included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+
+DEFAULT_SCALES = (1, 10)
+MAX_FILE_BYTES = 64 * 2**20
+GIB = 2**30
+
+# Targets from issue 7 (ratios on a 2-core machine).
+TARGET_INGEST_VS_DECODE = 2.0  # ingest within 2x of the decode-only lower bound, at 10x and 100x
+TARGET_DUCKDB_VS_INGEST = 2.0  # ingest at least 2x faster than plain DuckDB, at 10x and 100x
+TARGET_PEAK_BYTES = 1 * GIB  # at 100x
+TARGET_NOCHANGE_GROWTH = 1.5  # no-change rebuild time, 1x -> 100x
+TARGET_ONE_FILE_SHARE = 0.05  # one new epoch file at 100x, as a share of a full ingest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Steps: each runs in a child process (`python -m pipelines.bench --child STEP ARGS`) and returns a dict of figures.
+# ---------------------------------------------------------------------------------------------------------------
+
+def _runs(releases: list[str]):
+    from pipelines.release.discover import find_run_folders
+
+    runs, _, problems = find_run_folders([Path(r) for r in releases])
+    return [runs[k] for k in sorted(runs)], problems
+
+
+def _epoch_paths(run) -> list[Path]:
+    from pipelines.release.discover import list_run
+
+    return [f.path for f in list_run(run).epoch_files]
+
+
+def _decode_run(run) -> tuple[int, int, int]:
+    """Reads and JSON-decodes a run's epoch files with the ingest's own parser; (files, bytes, stdlib fallbacks)."""
+    import orjson
+
+    from pipelines.release.decode import DecodeError, parse_json
+
+    files = size = fallbacks = 0
+    for path in _epoch_paths(run):
+        data = path.read_bytes()
+        files += 1
+        size += len(data)
+        try:
+            orjson.loads(data)
+        except orjson.JSONDecodeError:
+            fallbacks += 1  # NaN/Infinity tokens, or a broken file: parse_json falls back to the stdlib parser
+            try:
+                parse_json(data)
+            except DecodeError:
+                pass
+    return files, size, fallbacks
+
+
+def step_decode(releases: list[str], workers: int) -> dict:
+    """The lower bound: list, read and JSON-decode every epoch file, nothing else, in as many processes as the ingest."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
+    runs, _ = _runs(releases)
+    workers = min(workers or os.cpu_count() or 1, len(runs)) or 1
+    if workers <= 1:
+        parts = [_decode_run(run) for run in runs]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            parts = list(pool.map(_decode_run, runs))
+    files, size, fallbacks = (sum(p[i] for p in parts) for i in range(3))
+    return {"seconds": time.perf_counter() - started, "files": files, "bytes": size, "stdlib_fallbacks": fallbacks,
+            "workers": workers, "runs": len(runs)}
+
+
+def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
+    """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake finds it."""
+    from pipelines.lake import ingest_runs
+
+    started = time.perf_counter()
+    runs, _ = _runs(releases)
+    results = ingest_runs(runs, Path(lake), MAX_FILE_BYTES, workers)
+    return {
+        "seconds": time.perf_counter() - started,
+        "runs": len(results),
+        "runs_changed": sum(r.changed for r in results),
+        "files_parsed": sum(r.files_parsed for r in results),
+        "epochs": sum(r.epochs for r in results),
+        "trajectories": sum(r.trajectories for r in results),
+        "workers": min(workers or os.cpu_count() or 1, len(runs)),
+    }
+
+
+def step_duckdb(releases: list[str], out: str, workers: int) -> dict:
+    """Plain DuckDB: read_json over the same files into a table, then unnest + COPY ... TO parquet for both grains."""
+    import duckdb
+
+    started = time.perf_counter()
+    runs, _ = _runs(releases)
+    files = [str(p) for run in runs for p in _epoch_paths(run)]
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(config={"threads": workers or os.cpu_count() or 1,
+                                 "temp_directory": str(out_dir / "duckdb_tmp")})
+    con.execute("create table docs as select * from read_json($files, union_by_name = true, filename = true)",
+                {"files": files})
+    columns = con.execute("select column_name, column_type from (describe docs)").fetchall()
+    lists = [name for name, kind in columns if kind.endswith("[]")]
+    scalars = [name for name, kind in columns if not kind.endswith("[]")]
+    quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+    con.execute(f"copy (select {', '.join(map(quote, scalars))} from docs) "
+                f"to '{out_dir / 'epochs.parquet'}' (format parquet)")
+    unnested = ", ".join(f"unnest({quote(c)}) as {quote(c)}" for c in lists)
+    con.execute(f"copy (select filename, epoch, {unnested} from docs) "
+                f"to '{out_dir / 'trajectories.parquet'}' (format parquet)")
+    rows = con.execute(f"select count(*) from '{out_dir / 'trajectories.parquet'}'").fetchone()[0]
+    con.close()
+    return {"seconds": time.perf_counter() - started, "files": len(files), "trajectories": rows,
+            "threads": workers or os.cpu_count() or 1}
+
+
+def step_pandas(releases: list[str], out: str) -> dict:
+    """The naive way: json.load each file, a pandas frame per file, concatenated and written per run (one process)."""
+    import pandas as pd
+
+    started = time.perf_counter()
+    runs, _ = _runs(releases)
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = 0
+    for run in runs:
+        epochs, trajectories = [], []
+        for path in _epoch_paths(run):
+            with open(path) as handle:
+                doc = json.load(handle)
+            n = len(doc["trajectory_ids"])
+            arrays = {k: v for k, v in doc.items() if isinstance(v, list) and len(v) == n}
+            frame = pd.DataFrame(arrays)
+            frame.insert(0, "epoch", doc["epoch"])
+            frame.insert(0, "run_id", run.run_id)
+            trajectories.append(frame)
+            epochs.append({"run_id": run.run_id, **{k: v for k, v in doc.items() if k not in arrays}})
+        epoch_frame = pd.DataFrame(epochs)
+        for column in epoch_frame.columns:  # nested extras (dicts) cannot go to Parquet as objects of mixed shape
+            if epoch_frame[column].map(lambda v: isinstance(v, (dict, list))).any():
+                epoch_frame[column] = epoch_frame[column].map(json.dumps)
+        epoch_frame.to_parquet(out_dir / f"{run.run_id}_epochs.parquet")
+        traj_frame = pd.concat(trajectories, ignore_index=True)
+        traj_frame.to_parquet(out_dir / f"{run.run_id}_trajectories.parquet")
+        rows += len(traj_frame)
+    return {"seconds": time.perf_counter() - started, "runs": len(runs), "trajectories": rows}
+
+
+def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
+    """The whole `grpo-warehouse build`, Dagster included; step durations come from Dagster's own step events."""
+    import dagster as dg
+
+    from pipelines import cli
+
+    captured = []
+    execute = dg.JobDefinition.execute_in_process
+
+    def recording(self, *args, **kwargs):
+        result = execute(self, *args, **kwargs)
+        captured.append(result)
+        return result
+
+    dg.JobDefinition.execute_in_process = recording
+    argv = ["build", "--warehouse", warehouse, "--workers", str(workers)]
+    for release in releases:
+        argv += ["--release", release]
+    started = time.perf_counter()
+    status = cli.main(argv)
+    seconds = time.perf_counter() - started
+    steps = {}
+    for result in captured:
+        for event in result.all_events:
+            if event.event_type_value == "STEP_SUCCESS":
+                steps[event.step_key] = event.event_specific_data.duration_ms / 1000
+    return {"seconds": seconds, "status": status, "steps": steps}
+
+
+STEPS = {"decode": step_decode, "ingest": step_ingest, "duckdb": step_duckdb, "pandas": step_pandas,
+         "build": step_build}
+
+
+def _child_main(step: str, args_json: str) -> None:
+    result = STEPS[step](**json.loads(args_json))
+    # The process's own high-water mark (wait4's ru_maxrss would include the parent's RSS at fork time).
+    result["vmhwm_bytes"] = _status_bytes(os.getpid(), "VmHWM:")
+    print("BENCH_RESULT " + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parent: run a step in a child, measure wall time and peak memory.
+# ---------------------------------------------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found += [int(c) for c in handle.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _status_bytes(pid: int, field_name: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith(field_name):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _tree_rss(pid: int) -> tuple[int, int]:
+    """The RSS of a process and all its descendants: (sum, largest single process)."""
+    total = largest = 0
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        rss = _status_bytes(current, "VmRSS:")
+        total += rss
+        largest = max(largest, rss)
+        stack += _children(current)
+    return total, largest
+
+
+@dataclass
+class Measurement:
+    step: str
+    wall_seconds: float  # the child process, interpreter start and imports included
+    peak_rss_bytes: int  # the largest single process of the tree (its VmHWM, or sampled for pool workers)
+    peak_tree_rss_bytes: int  # the whole tree (child + pool workers), sampled every 50 ms; shared pages counted twice
+    result: dict = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        """The work itself as the child timed it (imports excluded); the wall time when the child did not say."""
+        return self.result.get("seconds", self.wall_seconds)
+
+
+def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
+    """Runs one step in a fresh process and measures it."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stamp = f"{step}_{time.monotonic_ns()}"
+    out_path, err_path = log_dir / f"{stamp}.out", log_dir / f"{stamp}.err"
+    command = [sys.executable, "-m", "pipelines.bench", "--child", step, json.dumps(kwargs)]
+    peak_tree = peak_single = 0
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err)
+        finished = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak_tree, peak_single
+            while not finished.is_set():
+                tree, single = _tree_rss(process.pid)
+                peak_tree, peak_single = max(peak_tree, tree), max(peak_single, single)
+                finished.wait(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, status = os.waitpid(process.pid, 0)
+        wall = time.perf_counter() - started
+        finished.set()
+        sampler.join()
+        process.returncode = os.waitstatus_to_exitcode(status)
+    output = out_path.read_text(errors="replace")
+    line = next((ln for ln in reversed(output.splitlines()) if ln.startswith("BENCH_RESULT ")), None)
+    if process.returncode != 0 or line is None:
+        tail = "\n".join(err_path.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"bench step {step} failed (exit {process.returncode}); see {err_path}:\n{tail}")
+    result = json.loads(line.removeprefix("BENCH_RESULT "))
+    peak = max(result.get("vmhwm_bytes", 0), peak_single)
+    return Measurement(step, wall, peak, max(peak_tree, peak), result)
+
+
+def add_epoch_file(releases: list[str], nth: int = 0) -> Path:
+    """Adds one epoch document to the nth run: a copy of its last epoch, numbered one past it, in the same layout."""
+    from pipelines.release.discover import list_run
+
+    runs, _ = _runs(releases)
+    listing = list_run(runs[nth % len(runs)])
+    last = max(listing.epoch_files, key=lambda f: f.epoch_in_name)
+    doc = json.loads(last.path.read_text())
+    epoch = last.epoch_in_name + 1
+    doc["epoch"] = epoch
+    digits = len(re.search(r"epoch_(\d+)", last.path.as_posix()).group(1))
+    if last.layout == "folder":
+        target = last.path.parent.with_name(f"epoch_{epoch:0{digits}d}") / last.path.name
+    else:
+        target = last.path.with_name(f"epoch_{epoch:0{digits}d}_results.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(doc))
+    return target
+
+
+def _mirror(source: Path, target: Path) -> None:
+    """A copy of a user's release made of hard links (a plain copy across file systems), so it can be modified."""
+    for folder, _, files in os.walk(source):
+        relative = Path(folder).relative_to(source)
+        (target / relative).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            src, dst = Path(folder) / name, target / relative / name
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One scale, all figures.
+# ---------------------------------------------------------------------------------------------------------------
+
+def bench_release(label: str, releases: list[str], work: Path, workers: int, repeat: int,
+                  with_pandas: bool, with_serial: bool, say) -> dict:
+    """Every figure for one release set, each step in its own process; medians over `repeat` runs of each."""
+    logs = work / "logs"
+    figures: dict[str, list[Measurement]] = {}
+
+    def run(name: str, step: str, before=None, **kwargs) -> Measurement:
+        for attempt in range(repeat):
+            if before:
+                before(attempt)
+            m = measure(step, logs, **kwargs)
+            figures.setdefault(name, []).append(m)
+            say(f"  [{label}] {name}: {m.seconds:.2f} s (process {m.wall_seconds:.2f} s), "
+                f"peak {m.peak_rss_bytes / 2**20:.0f} MiB, tree {m.peak_tree_rss_bytes / 2**20:.0f} MiB")
+        return figures[name][-1]
+
+    lake = work / "lake"
+
+    def fresh(path: Path):
+        return lambda _attempt: shutil.rmtree(path, ignore_errors=True)
+
+    run("decode_lower_bound", "decode", releases=releases, workers=workers)
+    if with_serial:
+        run("ingest_1_worker", "ingest", before=fresh(work / "lake_serial"),
+            releases=releases, lake=str(work / "lake_serial"), workers=1)
+        shutil.rmtree(work / "lake_serial", ignore_errors=True)
+    run("ingest_full", "ingest", before=fresh(lake), releases=releases, lake=str(lake), workers=workers)
+    run("ingest_no_change", "ingest", releases=releases, lake=str(lake), workers=workers)
+    added = iter(range(10**6))
+    run("ingest_one_file", "ingest", before=lambda _a: add_epoch_file(releases, next(added)),
+        releases=releases, lake=str(lake), workers=workers)
+    shutil.rmtree(lake, ignore_errors=True)
+    run("duckdb", "duckdb", before=fresh(work / "duckdb"), releases=releases, out=str(work / "duckdb"),
+        workers=workers)
+    shutil.rmtree(work / "duckdb", ignore_errors=True)
+    if with_pandas:
+        run("pandas", "pandas", before=fresh(work / "pandas"), releases=releases, out=str(work / "pandas"))
+        shutil.rmtree(work / "pandas", ignore_errors=True)
+    warehouse = work / "warehouse"
+    run("build_full", "build", before=fresh(warehouse), releases=releases, warehouse=str(warehouse), workers=workers)
+    run("build_no_change", "build", releases=releases, warehouse=str(warehouse), workers=workers)
+    run("build_one_file", "build", before=lambda _a: add_epoch_file(releases, next(added)),
+        releases=releases, warehouse=str(warehouse), workers=workers)
+    shutil.rmtree(warehouse, ignore_errors=True)
+
+    return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
+
+
+def _median(raw: dict, name: str, key: str = "seconds") -> float | None:
+    runs = raw.get(name)
+    if not runs:
+        return None
+    if key == "seconds":
+        return median(r["result"].get("seconds", r["wall_seconds"]) for r in runs)
+    return median(r[key] for r in runs)
+
+
+def _model_seconds(steps: dict) -> tuple[float, float]:
+    """Seconds of a build's ingest steps and of everything after them (models, publication, exports)."""
+    ingest = sum(s for k, s in steps.items() if k in ("run_lake", "release_runs"))
+    return ingest, sum(steps.values()) - ingest
+
+
+def summarize(raw: dict) -> dict:
+    """The headline figures and ratios of one scale."""
+    s = {name: _median(raw, name) for name in raw}
+    wall = {name: _median(raw, name, "wall_seconds") for name in raw}
+    tree = {name: _median(raw, name, "peak_tree_rss_bytes") for name in raw}
+    largest = {name: _median(raw, name, "peak_rss_bytes") for name in raw}
+    first = {name: runs[0]["result"] for name, runs in raw.items()}
+    summary = {
+        "seconds": s, "process_seconds": wall, "peak_tree_rss_bytes": tree, "peak_rss_bytes": largest,
+        "files": first["decode_lower_bound"]["files"], "bytes": first["decode_lower_bound"]["bytes"],
+        "stdlib_fallbacks": first["decode_lower_bound"]["stdlib_fallbacks"],
+        "runs": first["decode_lower_bound"]["runs"],
+        "trajectories": first["ingest_full"]["trajectories"],
+        "no_change_files_parsed": max(r["result"]["files_parsed"] for r in raw["ingest_no_change"]),
+        "one_file_files_parsed": max(r["result"]["files_parsed"] for r in raw["ingest_one_file"]),
+        "ingest_vs_decode": s["ingest_full"] / s["decode_lower_bound"],
+        "duckdb_vs_ingest": s["duckdb"] / s["ingest_full"],
+        "one_file_share": s["ingest_one_file"] / s["ingest_full"],
+        "build_one_file_share": wall["build_one_file"] / wall["build_full"],
+    }
+    if "pandas" in s:
+        summary["pandas_vs_ingest"] = s["pandas"] / s["ingest_full"]
+    if "ingest_1_worker" in s:
+        summary["parallel_speedup"] = s["ingest_1_worker"] / s["ingest_full"]
+    for name in ("build_full", "build_no_change", "build_one_file"):
+        steps = raw[name][0]["result"]["steps"]
+        ingest, rest = _model_seconds(steps)
+        summary[f"{name}_steps"] = {"ingest": ingest, "models_and_exports": rest,
+                                    "outside_steps": raw[name][0]["wall_seconds"] - ingest - rest,
+                                    "by_step": steps}
+    return summary
+
+
+def check_targets(results: dict[str, dict]) -> list[dict]:
+    """Each target of issue 7 at each scale it applies to: the figure, the bar, and whether it holds."""
+    checks = []
+
+    def add(scale, target, value, bar, holds, unit=""):
+        checks.append({"scale": scale, "target": target, "value": value, "bar": bar, "holds": holds, "unit": unit})
+
+    for label, res in results.items():
+        summary, scale = res["summary"], res.get("scale")
+        big = scale is None or scale >= 10
+        if big:
+            add(label, "ingest / decode-only lower bound", summary["ingest_vs_decode"], f"<= {TARGET_INGEST_VS_DECODE}",
+                summary["ingest_vs_decode"] <= TARGET_INGEST_VS_DECODE, "x")
+            add(label, "plain DuckDB / ingest", summary["duckdb_vs_ingest"], f">= {TARGET_DUCKDB_VS_INGEST}",
+                summary["duckdb_vs_ingest"] >= TARGET_DUCKDB_VS_INGEST, "x")
+        if scale is None or scale >= 100:
+            peak = max(summary["peak_tree_rss_bytes"]["ingest_full"], summary["peak_tree_rss_bytes"]["build_full"])
+            add(label, "peak memory (ingest and whole build, process tree)", peak / 2**20, "< 1024",
+                peak < TARGET_PEAK_BYTES, "MiB")
+            add(label, "one new epoch file / full ingest", 100 * summary["one_file_share"],
+                f"< {100 * TARGET_ONE_FILE_SHARE:.0f}", summary["one_file_share"] < TARGET_ONE_FILE_SHARE, "%")
+        add(label, "no-change rebuild parses nothing", summary["no_change_files_parsed"], "0",
+            summary["no_change_files_parsed"] == 0, "files")
+    scaled = sorted((res["scale"], res["summary"]) for res in results.values() if res.get("scale"))
+    if len(scaled) >= 2:
+        (lo, small), (hi, large) = scaled[0], scaled[-1]
+        span = f"{lo}x -> {hi}x"
+        bar = f"< {TARGET_NOCHANGE_GROWTH}" if (lo, hi) == (1, 100) else f"< {TARGET_NOCHANGE_GROWTH} (bar is 1x -> 100x)"
+        for name, what in (("build_no_change", "whole build"), ("ingest_no_change", "ingest")):
+            key = "process_seconds" if name.startswith("build") else "seconds"
+            growth = large[key][name] / small[key][name]
+            add(span, f"no-change rebuild time growth ({what})", growth, bar, growth < TARGET_NOCHANGE_GROWTH, "x")
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reporting.
+# ---------------------------------------------------------------------------------------------------------------
+
+def machine() -> dict:
+    """The machine and versions the figures were measured with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    info = {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        cpu = Path("/proc/cpuinfo").read_text()
+        info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("model name")), "?")
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        info["memory_gib"] = round(int(mem) / 2**20, 1)
+    except OSError:
+        pass
+    for package in ("duckdb", "polars", "dagster", "orjson", "pandas", "pyarrow"):
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = None
+    return info
+
+
+def _fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _fmt_mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.0f} MiB"
+
+
+def format_table(label: str, summary: dict) -> str:
+    s, wall, tree, big = (summary[k] for k in ("seconds", "process_seconds", "peak_tree_rss_bytes", "peak_rss_bytes"))
+    ingest = s["ingest_full"]
+    rows = [
+        ("decode-only lower bound (orjson)", s["decode_lower_bound"], wall["decode_lower_bound"],
+         f"{ingest / s['decode_lower_bound']:.2f}x = ingest / this", "decode_lower_bound"),
+        ("ingest, full", ingest, wall["ingest_full"], "", "ingest_full"),
+    ]
+    if "ingest_1_worker" in s:
+        rows.append(("ingest, full, 1 worker", s["ingest_1_worker"], wall["ingest_1_worker"],
+                     f"{summary['parallel_speedup']:.2f}x = speedup of the pool", "ingest_1_worker"))
+    rows += [
+        ("ingest, no change", s["ingest_no_change"], wall["ingest_no_change"],
+         f"{summary['no_change_files_parsed']} files parsed", "ingest_no_change"),
+        ("ingest, one new epoch file", s["ingest_one_file"], wall["ingest_one_file"],
+         f"{100 * summary['one_file_share']:.1f}% of full ingest", "ingest_one_file"),
+        ("plain DuckDB read_json+unnest+COPY", s["duckdb"], wall["duckdb"],
+         f"{summary['duckdb_vs_ingest']:.2f}x = this / ingest", "duckdb"),
+    ]
+    if "pandas" in s:
+        rows.append(("naive json + pandas (1 process)", s["pandas"], wall["pandas"],
+                     f"{summary['pandas_vs_ingest']:.2f}x = this / ingest", "pandas"))
+    for name, what in (("build_full", "whole build, fresh"), ("build_no_change", "whole build, no change"),
+                       ("build_one_file", "whole build, one new file")):
+        steps = summary[f"{name}_steps"]
+        note = (f"ingest {steps['ingest']:.2f} s, models+exports {steps['models_and_exports']:.2f} s, "
+                f"outside steps {steps['outside_steps']:.2f} s")
+        if name == "build_one_file":
+            note += f"; {100 * summary['build_one_file_share']:.1f}% of fresh"
+        rows.append((what, s[name], wall[name], note, name))
+    header = (f"\n{label}: {summary['runs']} runs, {summary['files']:,} epoch files, {summary['bytes'] / 1e6:,.0f} MB "
+              f"of JSON, {summary['trajectories']:,} trajectories; {summary['stdlib_fallbacks']} file(s) need the "
+              f"stdlib parser (NaN/Infinity)")
+    lines = [header, f"  {'figure':<38} {'work':>9} {'process':>9} {'peak proc':>10} {'peak tree':>10}  note"]
+    for what, work, process, note, name in rows:
+        lines.append(f"  {what:<38} {_fmt_s(work):>9} {_fmt_s(process):>9} {_fmt_mib(big[name]):>10} "
+                     f"{_fmt_mib(tree[name]):>10}  {note}")
+    return "\n".join(lines)
+
+
+def format_checks(checks: list[dict]) -> str:
+    lines = ["\ntargets (issue 7):"]
+    for c in checks:
+        verdict = "holds" if c["holds"] else "MISSED"
+        value = f"{c['value']:.2f}" if isinstance(c["value"], float) else str(c["value"])
+        lines.append(f"  [{c['scale']}] {c['target']}: {value} {c['unit']} (bar {c['bar']}) -> {verdict}")
+    return "\n".join(lines)
+
+
+def run_bench(scales: list[int], releases: list[str], workdir: str | None, workers: int, repeat: int,
+              json_path: str | None, keep: bool, with_pandas: bool = True, with_serial: bool = True,
+              say=print) -> dict:
+    """Runs every figure for each scale (generated sample releases) or for the given releases; prints the tables."""
+    from pipelines.release.sample import write_sample
+
+    workers = workers or os.cpu_count() or 1
+    if with_pandas:
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            say("pandas is not installed (pip install -e '.[test]'): the naive pandas baseline is skipped")
+            with_pandas = False
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="grpo_bench_"))
+    base.mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine(), "workers": workers, "repeat": repeat, "command": sys.argv, "results": {}}
+    say(f"benchmark in {base} with {workers} worker(s); every step in its own process, medians of {repeat}")
+    try:
+        plans = []
+        if releases:
+            plans.append(("release", None, releases))
+        plans += [(f"scale {k}x", k, None) for k in scales]
+        for label, scale, given in plans:
+            work = base / (f"scale_{scale}" if scale else "release")
+            shutil.rmtree(work, ignore_errors=True)
+            started = time.perf_counter()
+            if scale:
+                folders = [str(f) for f in write_sample(work / "sample", seed=0, scale=scale)]
+                say(f"[{label}] generated {len(folders)} release folders in {time.perf_counter() - started:.1f} s")
+            else:
+                folders = []
+                for i, release in enumerate(given):  # a linked copy: the one-file figures add files to it
+                    target = work / "releases" / f"{i}" / Path(release).absolute().name
+                    _mirror(Path(release).absolute(), target)
+                    folders.append(str(target))
+                say(f"[{label}] linked {len(folders)} release folder(s) in {time.perf_counter() - started:.1f} s")
+            raw = bench_release(label, folders, work, workers, repeat, with_pandas, with_serial, say)
+            summary = summarize(raw)
+            report["results"][label] = {"scale": scale, "releases": given or folders, "raw": raw, "summary": summary}
+            say(format_table(label, summary))
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+        report["targets"] = check_targets(report["results"])
+        say(format_checks(report["targets"]))
+    finally:
+        if json_path:
+            Path(json_path).write_text(json.dumps(report, indent=1, default=str))
+            say(f"\nraw results: {json_path}")
+        if not keep and not workdir:
+            shutil.rmtree(base, ignore_errors=True)
+    return report
+
+
+def main(args) -> int:
+    """Entry point of `grpo-warehouse bench`."""
+    from pipelines.cli import CommandError
+
+    if any(k < 1 for k in args.scale or []):
+        raise CommandError("--scale must be 1 or more")
+    if args.repeat < 1:
+        raise CommandError("--repeat must be 1 or more")
+    for release in args.release:
+        if not Path(release).is_dir():
+            raise CommandError(f"release folder {release} does not exist or is not a folder")
+    scales = [] if args.release and not args.scale else (args.scale or list(DEFAULT_SCALES))
+    run_bench(scales, args.release, args.workdir, args.workers, args.repeat, args.json, args.keep,
+              with_pandas=not args.no_pandas, with_serial=not args.no_serial)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        _child_main(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("usage: grpo-warehouse bench [--scale K]... [--release DIR]...")
