@@ -61,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument("--max-rows", type=int, default=100, metavar="N",
+                     help="rows shown by --format table (default 100; csv and json print all)")
     _warehouse_arg(sql)
     return top
 
@@ -212,8 +214,9 @@ def print_summary(warehouse: Path, seconds: float) -> None:
 
 
 def run_sql(args) -> int:
+    import shutil
+
     import duckdb
-    import polars as pl
 
     from pipelines.warehouse_db import published_path
 
@@ -225,16 +228,17 @@ def run_sql(args) -> int:
     try:
         with duckdb.connect(str(path), read_only=True, config=config) as con:
             relation = con.sql(args.query)
-            frame = relation.pl() if relation is not None else pl.DataFrame()
+            if relation is None:  # a statement with no result (SET, PRAGMA, ...)
+                return 0
+            if args.format == "csv":
+                sys.stdout.write(relation.pl().write_csv())
+            elif args.format == "json":
+                sys.stdout.write(relation.pl().write_json() + "\n")
+            else:
+                width = shutil.get_terminal_size((200, 40)).columns
+                relation.show(max_width=width, max_rows=args.max_rows)
     except duckdb.Error as exc:
         raise CommandError(str(exc).splitlines()[0]) from None
-    if args.format == "csv":
-        sys.stdout.write(frame.write_csv())
-    elif args.format == "json":
-        sys.stdout.write(frame.write_json() + "\n")
-    else:
-        with pl.Config(tbl_rows=max(frame.height, 1), tbl_cols=-1, fmt_str_lengths=80, tbl_width_chars=200):
-            print(frame)
     return 0
 
 
