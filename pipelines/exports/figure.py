@@ -1,0 +1,213 @@
+"""The ablation figure: reward curves of an ablation's runs, with GRPO signal and entropy panels beside them."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; also makes importing this module safe in worker processes
+
+import matplotlib.lines as mlines
+import matplotlib.patches as mpatches
+import numpy as np
+import polars as pl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import PercentFormatter
+
+# The paper's file names for some ablations, written beside `<ablation>.png`.
+PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies; tab10 takes over past eight runs.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+# Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes.
+_RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "path"}
+_NO_DATE = {"svg": {"Date": None}, "png": {}}
+NEEDED_EPOCH_COLUMNS = ["run_id", "epoch", "mean_reward", "reward_ema", "frac_zero_std_groups",
+                        "sample_entropy", "train_entropy"]
+
+
+@dataclass(frozen=True)
+class Smoothing:
+    """How the figure smooths: the EMA weight of `reward_ema`, a trailing window and the band's coverage."""
+
+    ema_weight: float = 0.9
+    window: int = 20
+    band_level: float = 0.95
+
+
+def file_stem(ablation: str | None) -> str:
+    """A file-name-safe stem for an ablation name."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", ablation or "unassigned").strip("._")
+    return stem or "unassigned"
+
+
+def run_colours(run_ids: list[str]) -> dict[str, str]:
+    import matplotlib.colors as mcolors
+
+    extra = [mcolors.to_hex(c) for c in matplotlib.colormaps["tab10"].colors]
+    palette = PALETTE + [c for c in extra if c not in PALETTE]
+    return {run: palette[i % len(palette)] for i, run in enumerate(run_ids)}
+
+
+def with_bands(epochs: pl.DataFrame, smoothing: Smoothing) -> pl.DataFrame:
+    """Adds the reward band and trailing means of the side-panel signals, per run in epoch order.
+
+    The band is an approximate `band_level` interval of the EMA line: reward_ema ± z · s · f, where s is the
+    trailing-window standard deviation of the per-epoch mean reward and f = sqrt(Σ wᵢ²) is the noise factor of the
+    debiased EMA after n finite values, f² = (1−w)(1−w²ⁿ) / ((1+w)(1−wⁿ)²) (1 at n = 1, ≈ 0.23 for w = 0.9 later on).
+    """
+    w = smoothing.ema_weight
+    z = NormalDist().inv_cdf(0.5 + smoothing.band_level / 2)
+    window = max(int(smoothing.window), 1)
+
+    def finite(column: str) -> pl.Expr:
+        return pl.when(pl.col(column).is_finite()).then(pl.col(column))
+
+    def trailing_mean(column: str) -> pl.Expr:
+        return finite(column).rolling_mean(window_size=window, min_samples=1).over("run_id")
+
+    n = pl.col("mean_reward").is_finite().fill_null(False).cast(pl.Int64).cum_sum().over("run_id")
+    wn = pl.lit(w) ** n
+    factor = (((1 - w) * (1 - wn * wn)) / ((1 + w) * (1 - wn) ** 2)).sqrt()
+    spread = finite("mean_reward").rolling_std(window_size=window, min_samples=2).over("run_id")
+    half = pl.when(n > 0).then(z * spread * factor)
+    return (
+        epochs.sort("run_id", "epoch")
+        .with_columns(band_half_width=half)
+        .with_columns(
+            band_low=pl.col("reward_ema") - pl.col("band_half_width"),
+            band_high=pl.col("reward_ema") + pl.col("band_half_width"),
+            frac_zero_std_trailing=trailing_mean("frac_zero_std_groups"),
+            sample_entropy_trailing=trailing_mean("sample_entropy"),
+            train_entropy_trailing=trailing_mean("train_entropy"),
+        )
+    )
+
+
+def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
+    return frame.get_column(column).cast(pl.Float64).to_numpy()
+
+
+def ablation_figure(
+    ablation: str | None,
+    runs: pl.DataFrame,
+    epochs: pl.DataFrame,
+    summary: pl.DataFrame,
+    smoothing: Smoothing = Smoothing(),
+    final_window: int = 50,
+) -> Figure:
+    """The figure of one ablation.
+
+    runs: dim_runs rows (run_id, ablation, label); epochs: epoch_metrics rows with fact_epochs' sample_entropy and
+    train_entropy; summary: run_summary rows (run_id, matched_horizon, matched_reward). Other runs are ignored.
+    """
+    members = runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
+    run_ids = members["run_id"].to_list()
+    labels = {r: (lbl or r) for r, lbl in zip(run_ids, members["label"].to_list())}
+    colours = run_colours(run_ids)
+    data = with_bands(epochs.filter(pl.col("run_id").is_in(run_ids)).select(NEEDED_EPOCH_COLUMNS), smoothing)
+    summary = summary.filter(pl.col("run_id").is_in(run_ids))
+    horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})
+
+    fig = Figure(figsize=(14, 7.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.75, 1])
+    ax_reward = fig.add_subplot(grid[:, 0])
+    ax_zero = fig.add_subplot(grid[0, 1], sharex=ax_reward)
+    ax_entropy = fig.add_subplot(grid[1, 1], sharex=ax_reward)
+
+    for run in run_ids:
+        rows = data.filter(pl.col("run_id") == run)
+        colour = colours[run]
+        x = _values(rows, "epoch")
+        ax_reward.plot(x, _values(rows, "mean_reward"), linestyle="none", marker="o", markersize=1.8,
+                       alpha=0.28, color=colour, gid=f"raw:{run}", rasterized=True)
+        ax_reward.fill_between(x, _values(rows, "band_low"), _values(rows, "band_high"), color=colour,
+                               alpha=0.18, linewidth=0, gid=f"band:{run}")
+        ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, label=labels[run],
+                       gid=f"ema:{run}")
+        ax_zero.plot(x, _values(rows, "frac_zero_std_trailing"), color=colour, linewidth=1.5, gid=f"zero_std:{run}")
+        ax_entropy.plot(x, _values(rows, "sample_entropy_trailing"), color=colour, linewidth=1.5,
+                        gid=f"sample_entropy:{run}")
+        ax_entropy.plot(x, _values(rows, "train_entropy_trailing"), color=colour, linewidth=1.2, linestyle="--",
+                        gid=f"train_entropy:{run}")
+        matched = summary.filter(pl.col("run_id") == run)["matched_reward"].to_list()
+        if horizons and matched and matched[0] is not None and math.isfinite(matched[0]):
+            ax_reward.plot([horizons[0]], [matched[0]], marker="D", markersize=7, color=colour,
+                           markeredgecolor="black", markeredgewidth=0.8, linestyle="none", zorder=5,
+                           gid=f"matched:{run}")
+
+    for ax in (ax_reward, ax_zero, ax_entropy):
+        for horizon in horizons:
+            ax.axvline(horizon, color="0.25", linestyle=":", linewidth=1.3, zorder=4, gid=f"horizon:{horizon}")
+        ax.grid(True, color="0.9", linewidth=0.7)
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    for horizon in horizons:
+        ax_reward.annotate(f"compute-matched\nhorizon: epoch {horizon}", xy=(horizon, 1), xycoords=("data", "axes fraction"),
+                           xytext=(-4, -4), textcoords="offset points", ha="right", va="top", fontsize=9,
+                           color="0.2", gid="horizon_label",
+                           bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+
+    window = smoothing.window
+    ax_reward.set_title("Reward (per-epoch mean over trajectories)", loc="left", fontweight="bold")
+    ax_reward.set_xlabel("epoch")
+    ax_reward.set_ylabel("mean trajectory reward (reward units)")
+    ax_zero.set_title(f"Groups with no learning signal (trailing {window}-epoch mean)", loc="left", fontsize=10)
+    ax_zero.set_ylabel("zero-variance groups (% of groups)")
+    ax_zero.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    ax_entropy.set_title(f"Entropy (trailing {window}-epoch mean)", loc="left", fontsize=10)
+    ax_entropy.set_ylabel("entropy (as logged by the trainer)")
+    ax_entropy.set_xlabel("epoch")
+    ax_zero.tick_params(labelbottom=True)
+
+    grey = "0.35"
+    key = [
+        mlines.Line2D([], [], color=grey, marker="o", markersize=3, alpha=0.5, linestyle="none",
+                      label="per-epoch mean reward"),
+        mlines.Line2D([], [], color=grey, linewidth=1.9, label=f"EMA (weight {smoothing.ema_weight:g})"),
+        mpatches.Patch(color=grey, alpha=0.25, linewidth=0,
+                       label=f"≈{smoothing.band_level:.0%} band of the EMA (trailing {window}-epoch spread)"),
+    ]
+    if any(str(line.get_gid()).startswith("matched:") for line in ax_reward.get_lines()):
+        key.append(mlines.Line2D([], [], color=grey, marker="D", markeredgecolor="black", linestyle="none",
+                                 label=f"matched reward (mean of last {final_window} epochs ≤ horizon)"))
+    ax_reward.legend(handles=key, loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
+    ax_entropy.legend(handles=[mlines.Line2D([], [], color=grey, linewidth=1.5, label="sample entropy"),
+                               mlines.Line2D([], [], color=grey, linewidth=1.2, linestyle="--", label="train entropy")],
+                      loc="best", fontsize=8.5)
+    if run_ids:
+        curves = [line for line in ax_reward.get_lines() if str(line.get_gid()).startswith("ema:")]
+        fig.legend(handles=curves, loc="outside lower center", ncols=min(len(run_ids), 4), frameon=False, fontsize=10)
+    else:
+        ax_reward.text(0.5, 0.5, "no runs in this ablation", transform=ax_reward.transAxes, ha="center")
+    if data.is_empty() and run_ids:
+        ax_reward.text(0.5, 0.5, "no epochs loaded", transform=ax_reward.transAxes, ha="center")
+
+    horizon_text = f", compute-matched at epoch {horizons[0]}" if len(horizons) == 1 else ""
+    fig.suptitle(f"Ablation “{ablation or 'unassigned'}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}"
+                 f"{horizon_text}", fontsize=14, fontweight="bold")
+    return fig
+
+
+def render(fig: Figure, fmt: str, dpi: int = 150) -> bytes:
+    """The figure as PNG or SVG bytes; the same figure always gives the same bytes."""
+    buffer = io.BytesIO()
+    with matplotlib.rc_context(_RC):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=_NO_DATE.get(fmt), facecolor="white")
+    return buffer.getvalue()
+
+
+def figure_files(ablation: str | None, fig: Figure) -> dict[str, bytes]:
+    """File name -> bytes for one ablation: `<ablation>.png`, `<ablation>.svg` and any paper name."""
+    png = render(fig, "png")
+    files = {f"{file_stem(ablation)}.png": png, f"{file_stem(ablation)}.svg": render(fig, "svg")}
+    if ablation in PAPER_FIGURE_NAMES:
+        files[PAPER_FIGURE_NAMES[ablation]] = png
+    return files

@@ -1,0 +1,292 @@
+"""report.md: per ablation, who wins at the compute-matched horizon and by how much, the runs, the snapshots."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipelines.exports.figure import file_stem
+
+MISSING = "–"
+BETA_HEADER = "finetuning-2025-09-03"
+API_URL = "https://api.anthropic.com/v1/messages"
+SNAPSHOT_ROLES = ("matched", "best")
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """The metric parameters the report quotes (they come from the warehouse configuration)."""
+
+    final_window: int = 50
+    ci_level: float = 0.95
+    figures_folder: str = "figures"
+
+
+def num(value, signed: bool = False) -> str:
+    """A number with 3 decimals (a sign when asked), or a dash when there is none."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return MISSING
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def interval(low, high) -> str:
+    return f"[{num(low)}, {num(high)}]"
+
+
+def integer(value) -> str:
+    return MISSING if value is None else str(int(value))
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def frame_table(frame: pl.DataFrame) -> str:
+    """Any frame as a Markdown table, floats with 3 decimals."""
+    def cell(value) -> str:
+        return num(value) if isinstance(value, float) else (MISSING if value is None else str(value))
+
+    return table(frame.columns, [[cell(v) for v in row] for row in frame.iter_rows()])
+
+
+def _finite(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def ranked(summary: pl.DataFrame) -> pl.DataFrame:
+    """Runs by matched reward, best first; runs without one last, then by run id."""
+    return summary.with_columns(
+        _has=pl.col("matched_reward").is_not_null() & pl.col("matched_reward").is_not_nan()
+    ).sort(["_has", "matched_reward", "run_id"], descending=[True, True, False], nulls_last=True).drop("_has")
+
+
+def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict | None:
+    """The contrast row of a pair, turned so that delta is winner − other (interval and probability flipped too)."""
+    for row in contrasts.iter_rows(named=True):
+        if (row["run_a"], row["run_b"]) == (other, winner):
+            return {"delta": row["delta"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
+                    "prob_improvement": row["prob_improvement"]}
+        if (row["run_a"], row["run_b"]) == (winner, other):
+            # Percentile intervals flip exactly under negation; ties count one half, so P(a wins) = 1 − P(b wins).
+            flip = (lambda v: -v if _finite(v) else v)
+            return {"delta": flip(row["delta"]), "ci_low": flip(row["ci_high"]), "ci_high": flip(row["ci_low"]),
+                    "prob_improvement": 1 - row["prob_improvement"] if _finite(row["prob_improvement"]) else None}
+    return None
+
+
+def headline(ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.DataFrame,
+             settings: ReportSettings) -> str:
+    """One paragraph: the winner at the matched horizon, its margin over the runner-up, interval and probability."""
+    labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
+
+    def name(run: str) -> str:
+        return f"**{labels.get(run) or run}** (`{run}`)"
+
+    order = ranked(summary)
+    scored = order.filter(pl.col("matched_reward").is_not_null() & pl.col("matched_reward").is_not_nan())
+    horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls()})
+    at = f"epoch {horizons[0]}" if len(horizons) == 1 else "the matched horizon"
+    level = f"{settings.ci_level:.0%}"
+    if scored.is_empty():
+        return "No run of this ablation has a matched reward yet (no loaded epochs at or before the horizon)."
+    best = scored.row(0, named=True)
+    if order.height == 1:
+        return (f"Only one run, {name(best['run_id'])}: matched reward {num(best['matched_reward'])} at {at}; "
+                "there is nothing to compare it with.")
+    if scored.height == 1:
+        return (f"{name(best['run_id'])} is the only run with a matched reward ({num(best['matched_reward'])} at {at}); "
+                "the others have no loaded epochs at or before the horizon.")
+    second = scored.row(1, named=True)
+    text = (f"Winner at the compute-matched horizon ({at}): {name(best['run_id'])}, matched reward "
+            f"{num(best['matched_reward'])} against {num(second['matched_reward'])} for the runner-up "
+            f"{name(second['run_id'])}")
+    contrast = oriented_contrast(contrasts, best["run_id"], second["run_id"])
+    if contrast is None:
+        return text + f", a difference of {num(best['matched_reward'] - second['matched_reward'], signed=True)} " \
+                      "(no contrast row, so no interval)."
+    text += (f": difference {num(contrast['delta'], signed=True)}, {level} bootstrap interval "
+             f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
+             f"{num(contrast['prob_improvement'])}.")
+    if _finite(contrast["ci_low"]) and _finite(contrast["ci_high"]):
+        if contrast["ci_low"] > 0 or contrast["ci_high"] < 0:
+            text += f" The interval excludes zero: the lead is resolved at {level}."
+        else:
+            text += f" The interval includes zero: the lead is not resolved at {level}."
+    return text
+
+
+def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame) -> str:
+    labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
+    header = ["run", "label", "epochs", "missing", "final reward", "AUC reward", "peak EMA", "peak epoch",
+              "matched horizon", "matched reward"]
+    rows = [
+        [f"`{r['run_id']}`", labels.get(r["run_id"]) or MISSING,
+         f"{integer(r['n_epochs'])} ({integer(r['first_epoch'])}–{integer(r['last_epoch'])})",
+         integer(r["missing_epochs"]), num(r["final_reward"]), num(r["auc_reward"]), num(r["peak_reward_ema"]),
+         integer(r["peak_epoch"]), integer(r["matched_horizon"]), num(r["matched_reward"])]
+        for r in ranked(summary).iter_rows(named=True)
+    ]
+    return table(header, rows)
+
+
+def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
+    header = ["run A", "run B", "Δ matched reward (B − A)", f"{settings.ci_level:.0%} interval", "P(B > A)"]
+    rows = [
+        [f"`{r['run_a']}`", f"`{r['run_b']}`", num(r["delta"], signed=True), interval(r["ci_low"], r["ci_high"]),
+         num(r["prob_improvement"])]
+        for r in contrasts.sort("run_a", "run_b").iter_rows(named=True)
+    ]
+    return table(header, rows)
+
+
+def snapshots_table(summary: pl.DataFrame, snapshots: pl.DataFrame) -> str:
+    order = {run: i for i, run in enumerate(ranked(summary)["run_id"])}
+    chosen = snapshots.filter(pl.col("role").is_in(SNAPSHOT_ROLES)).with_columns(
+        _run=pl.col("run_id").replace_strict(order, default=len(order), return_dtype=pl.Int64),
+        _role=pl.col("role").replace_strict({r: i for i, r in enumerate(SNAPSHOT_ROLES)}, return_dtype=pl.Int64),
+    ).sort("_run", "run_id", "_role")
+    rows = [[f"`{r['run_id']}`", r["role"], integer(r["epoch"]), f"`{r['model_name']}`" if r["model_name"] else MISSING]
+            for r in chosen.iter_rows(named=True)]
+    return table(["run", "role", "epoch", "model name"], rows)
+
+
+def how_to_call(model_name: str) -> str:
+    """The Messages API call of a promoted snapshot, in curl and in Python; the key comes from the environment."""
+    return f"""A snapshot is called by its model name on `/v1/messages` with the `anthropic-beta: {BETA_HEADER}`
+header. The snapshots of the paper's compute-matched tables are promoted on the Finetuning API and do not
+expire; other snapshots expire 7 days after they were made unless promoted. Here, the winner's matched snapshot
+(the API key is read from the environment; none is written here):
+
+```bash
+curl {API_URL} \\
+  -H "x-api-key: $ANTHROPIC_API_KEY" \\
+  -H "anthropic-version: 2023-06-01" \\
+  -H "anthropic-beta: {BETA_HEADER}" \\
+  -H "content-type: application/json" \\
+  -d '{{"model": "{model_name}", "max_tokens": 1024,
+       "messages": [{{"role": "user", "content": "Hello"}}]}}'
+```
+
+```python
+import anthropic
+
+client = anthropic.Anthropic()  # reads ANTHROPIC_API_KEY from the environment
+message = client.messages.create(
+    model="{model_name}",
+    max_tokens=1024,
+    messages=[{{"role": "user", "content": "Hello"}}],
+    extra_headers={{"anthropic-beta": "{BETA_HEADER}"}},
+)
+print(message.content[0].text)
+```"""
+
+
+def ordered_ablations(runs: pl.DataFrame) -> list[str | None]:
+    """The ablations of dim_runs, largest first (it is the release's headline comparison), then by name."""
+    sizes = runs.group_by("ablation").len().iter_rows()
+    return [a for a, _ in sorted(sizes, key=lambda item: (-item[1], item[0] is None, item[0] or ""))]
+
+
+def _of_ablation(frame: pl.DataFrame, column: str, ablation: str | None) -> pl.DataFrame:
+    return frame.filter(pl.col(column).eq_missing(pl.lit(ablation, dtype=pl.String)))
+
+
+def ablation_section(
+    ablation: str | None,
+    runs: pl.DataFrame,
+    summary: pl.DataFrame,
+    contrasts: pl.DataFrame,
+    snapshots: pl.DataFrame,
+    settings: ReportSettings,
+    full: bool = True,
+) -> list[str]:
+    """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
+    members = _of_ablation(runs, "ablation", ablation).sort("run_id")
+    ids = members["run_id"].to_list()
+    summary = summary.filter(pl.col("run_id").is_in(ids))
+    contrasts = _of_ablation(contrasts, "ablation", ablation).filter(
+        pl.col("run_a").is_in(ids) & pl.col("run_b").is_in(ids))
+    snapshots = snapshots.filter(pl.col("run_id").is_in(ids))
+    name = ablation or "unassigned"
+    lines = ["", f"## Ablation `{name}`", "", headline(members, summary, contrasts, settings)]
+    if full:
+        stem, folder = file_stem(ablation), settings.figures_folder
+        lines += ["", f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)", "",
+                  f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
+                  f"per-epoch mean reward; points: per-epoch means; band: ≈{settings.ci_level:.0%} interval of the EMA "
+                  "from the trailing spread of per-epoch means; diamonds: matched rewards; dotted line: the horizon."]
+    lines += [
+        "", "### Runs", "",
+        f"Best matched reward first. *Final reward*: mean over the last {settings.final_window} loaded epochs; "
+        "*AUC reward*: mean over all loaded epochs; *peak EMA*: the highest smoothed reward and the first epoch "
+        "reaching it.",
+        "", runs_table(members, summary),
+    ]
+    if contrasts.height:
+        lines += ["", "### Pairwise contrasts of the matched reward", "", contrasts_table(contrasts, settings)]
+    if full and snapshots.height:
+        lines += ["", "### Snapshots", "",
+                  "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",
+                  "", snapshots_table(summary, snapshots)]
+    return lines
+
+
+def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.DataFrame) -> str | None:
+    """The matched snapshot's model name of the winner of the largest ablation (any snapshot if there is none)."""
+    for ablation in ordered_ablations(runs):
+        ids = _of_ablation(runs, "ablation", ablation)["run_id"].to_list()
+        for run in ranked(summary.filter(pl.col("run_id").is_in(ids)))["run_id"]:
+            names = snapshots.filter((pl.col("run_id") == run) & (pl.col("role") == "matched"))["model_name"]
+            if names.drop_nulls().len():
+                return names.drop_nulls()[0]
+    names = snapshots["model_name"].drop_nulls() if snapshots.height else []
+    return names[0] if len(names) else None
+
+
+def render_report(
+    runs: pl.DataFrame,
+    summary: pl.DataFrame,
+    contrasts: pl.DataFrame,
+    snapshots: pl.DataFrame,
+    settings: ReportSettings = ReportSettings(),
+) -> str:
+    """The whole report.md, one section per ablation of dim_runs; no timestamps, so unchanged tables give the same
+    bytes."""
+    ablations = ordered_ablations(runs)
+    lines = [
+        "# GRPO ablation report",
+        "",
+        f"{runs.height} run{'s' if runs.height != 1 else ''} in {len(ablations)} "
+        f"ablation{'s' if len(ablations) != 1 else ''}. Runs are compared at each ablation's **compute-matched "
+        "horizon**, the last epoch of its shortest run: a run's *matched reward* is the mean per-epoch reward over "
+        f"its last {settings.final_window} loaded epochs at or before that epoch. Differences carry a "
+        f"{settings.ci_level:.0%} bootstrap interval and the *probability of improvement*, the chance that a "
+        "per-epoch reward of one run in its matched window exceeds one of the other (ties count one half).",
+        "",
+        "The tables behind these numbers (`run_summary`, `ablation_contrasts`, `snapshots`, `epoch_metrics`) are "
+        "beside this file as CSV and Parquet, and in `warehouse.duckdb`.",
+    ]
+    for ablation in ablations:
+        lines += ablation_section(ablation, runs, summary, contrasts, snapshots, settings)
+    model_name = winner_model_name(runs, summary, snapshots)
+    if model_name:
+        lines += ["", "## Calling a snapshot", "", how_to_call(model_name)]
+    return "\n".join(lines) + "\n"
+
+
+def render_headlines(
+    runs: pl.DataFrame,
+    summary: pl.DataFrame,
+    contrasts: pl.DataFrame,
+    settings: ReportSettings = ReportSettings(),
+) -> str:
+    """The headline of every ablation with its runs and contrasts tables, as Markdown for the Dagster UI."""
+    empty = pl.DataFrame(schema={"run_id": pl.String, "role": pl.String, "epoch": pl.Int64, "model_name": pl.String})
+    lines: list[str] = []
+    for ablation in ordered_ablations(runs):
+        lines += ablation_section(ablation, runs, summary, contrasts, empty, settings, full=False)
+    return "\n".join(lines).strip() + "\n"

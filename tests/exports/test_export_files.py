@@ -1,0 +1,43 @@
+"""Exports: atomic change-only writes, and CSV/Parquet copies that read back to the same rows."""
+
+import io
+import math
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from pipelines.exports.files import export_table, table_files, write_if_changed
+
+
+def test_write_if_changed_skips_identical_bytes(tmp_path):
+    path = tmp_path / "sub" / "a.txt"
+    assert write_if_changed(path, b"one") is True
+    stamp = path.stat().st_mtime_ns
+    assert write_if_changed(path, b"one") is False
+    assert path.stat().st_mtime_ns == stamp
+    assert write_if_changed(path, b"two") is True and path.read_bytes() == b"two"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["a.txt"]  # no temp file left behind
+
+
+def test_tables_round_trip_through_csv_and_parquet(tmp_path, tables):
+    awkward = pl.DataFrame(
+        {
+            "run_id": ["a,b", 'say "hi"', "line\nbreak", None],
+            "epoch": [0, 1, None, 3],
+            "reward": [0.1 + 0.2, math.nan, None, -1e-300],
+            "flag": [True, False, None, True],
+        }
+    )
+    for name, frame in {**tables, "awkward": awkward}.items():
+        written = export_table(frame, tmp_path, name)
+        assert all(written.values())
+        assert_frame_equal(pl.read_parquet(tmp_path / f"{name}.parquet"), frame)
+        assert_frame_equal(pl.read_csv(tmp_path / f"{name}.csv", schema=frame.schema), frame)
+        assert not any(export_table(frame, tmp_path, name).values())  # unchanged -> not rewritten
+
+
+def test_table_bytes_are_stable(tables):
+    assert table_files(tables["epochs"]) == table_files(tables["epochs"].clone())
+    csv = table_files(tables["summary"])["csv"].decode()
+    assert csv.splitlines()[0].split(",") == tables["summary"].columns
+    assert pl.read_csv(io.StringIO(csv)).height == tables["summary"].height

@@ -1,0 +1,120 @@
+"""The ablation figure, checked through matplotlib's own objects: series, labels, legend, horizon, band."""
+
+import math
+
+import polars as pl
+import pytest
+from matplotlib.collections import PolyCollection
+
+from pipelines.exports.figure import (
+    PAPER_FIGURE_NAMES,
+    Smoothing,
+    ablation_figure,
+    figure_files,
+    file_stem,
+    render,
+    with_bands,
+)
+
+
+def by_gid(ax, prefix: str) -> dict[str, object]:
+    artists = list(ax.get_lines()) + list(ax.collections)
+    return {str(a.get_gid()).split(":", 1)[1]: a for a in artists if str(a.get_gid()).startswith(prefix + ":")}
+
+
+def test_three_run_ablation_has_one_series_per_run_with_its_label(tables):
+    fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    reward, zero, entropy = fig.axes
+    runs = ["r_long", "r_mid", "r_short"]
+    for prefix in ("ema", "raw", "band"):
+        assert sorted(by_gid(reward, prefix)) == runs
+    assert sorted(by_gid(zero, "zero_std")) == runs
+    assert sorted(by_gid(entropy, "sample_entropy")) == runs and sorted(by_gid(entropy, "train_entropy")) == runs
+    assert all(isinstance(band, PolyCollection) for band in by_gid(reward, "band").values())
+    # The run legend: dim_runs labels in run_id order, the run id where the label is missing.
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Long run", "Mid run", "r_short"]
+    # One raw point per loaded epoch.
+    assert [len(by_gid(reward, "raw")[r].get_xdata()) for r in runs] == [10, 6, 2]
+    assert list(by_gid(reward, "ema")["r_mid"].get_ydata()) == pytest.approx([0.2 + 0.05 * i for i in range(6)])
+    # A matched-reward marker per run at the horizon.
+    markers = {r: [float(v) for v in m.get_xydata()[0]] for r, m in by_gid(reward, "matched").items()}
+    assert markers == {"r_long": [1.0, 0.7004], "r_mid": [1.0, 0.5], "r_short": [1.0, 0.35]}
+
+
+def test_the_matched_horizon_is_marked_in_every_panel(tables):
+    fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    for ax in fig.axes:
+        lines = [line for line in ax.get_lines() if line.get_gid() == "horizon:1"]
+        assert len(lines) == 1 and list(lines[0].get_xdata()) == [1, 1]
+    labels = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == "horizon_label"]
+    assert labels == ["compute-matched\nhorizon: epoch 1"]
+
+
+def test_titles_and_axis_labels_are_set(tables):
+    fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    reward, zero, entropy = fig.axes
+    assert "abl" in fig.get_suptitle() and "3 runs" in fig.get_suptitle()
+    assert reward.get_xlabel() == "epoch" and entropy.get_xlabel() == "epoch"
+    for ax in fig.axes:
+        assert ax.get_ylabel() and ax.get_title(loc="left")
+    assert "%" in zero.get_ylabel()
+
+
+def test_a_single_run_ablation_renders(tables):
+    fig = ablation_figure("other", tables["runs"], tables["epochs"], tables["summary"])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Solo run"]
+    assert sorted(by_gid(fig.axes[0], "ema")) == ["solo"]
+    files = figure_files("other", fig)
+    assert sorted(files) == ["other.png", "other.svg"]
+    assert files["other.png"].startswith(b"\x89PNG") and b"<svg" in files["other.svg"][:500]
+
+
+def test_a_run_with_one_epoch_and_runs_without_epochs_still_render(tables):
+    epochs = tables["epochs"].filter((pl.col("run_id") != "r_short") | (pl.col("epoch") == 0))
+    fig = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
+    assert len(by_gid(fig.axes[0], "raw")["r_short"].get_xdata()) == 1
+    render(fig, "png")
+    empty = ablation_figure("abl", tables["runs"], epochs.clear(), tables["summary"].clear())
+    assert [t.get_text() for t in empty.axes[0].texts] == ["no epochs loaded"]
+    render(empty, "svg")
+
+
+def test_non_finite_rewards_leave_gaps_not_errors(tables):
+    epochs = tables["epochs"].with_columns(
+        mean_reward=pl.when(pl.col("epoch") == 3).then(float("nan")).otherwise(pl.col("mean_reward")),
+        reward_ema=pl.when(pl.col("epoch") == 3).then(None).otherwise(pl.col("reward_ema")),
+    )
+    fig = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
+    assert math.isnan(by_gid(fig.axes[0], "ema")["r_long"].get_ydata()[3])
+    render(fig, "png")
+
+
+def test_renders_are_byte_stable_and_the_paper_name_is_added(tables):
+    runs = tables["runs"].with_columns(ablation=pl.lit("multi_target"))
+    files = figure_files("multi_target", ablation_figure("multi_target", runs, tables["epochs"], tables["summary"]))
+    again = figure_files("multi_target", ablation_figure("multi_target", runs, tables["epochs"], tables["summary"]))
+    assert files == again
+    assert files[PAPER_FIGURE_NAMES["multi_target"]] == files["multi_target.png"]
+
+
+@pytest.mark.parametrize("name, stem", [("multi_target", "multi_target"), ("a/b c", "a_b_c"), (None, "unassigned"),
+                                        ("..", "unassigned")])
+def test_file_stems_are_safe(name, stem):
+    assert file_stem(name) == stem
+
+
+def test_band_is_the_ema_noise_of_the_trailing_spread():
+    # Second computation, from the debiased EMA's weights: after n values the weight of value k is
+    # (1 − w)·w^(n−k) / (1 − wⁿ); the EMA's noise factor is the root of the sum of squared weights.
+    w, values = 0.9, [0.0, 1.0, 3.0, 2.0]
+    frame = pl.DataFrame({"run_id": ["r"] * 4, "epoch": [0, 1, 2, 3], "mean_reward": values, "reward_ema": [0.5] * 4,
+                          "frac_zero_std_groups": [0.0] * 4, "sample_entropy": [1.0] * 4, "train_entropy": [1.0] * 4})
+    half = with_bands(frame, Smoothing(ema_weight=w, window=3, band_level=0.95))["band_half_width"].to_list()
+    assert half[0] is None  # one value has no spread
+    for row in (1, 2, 3):
+        n = row + 1
+        weights = [(1 - w) * w ** (n - k) / (1 - w ** n) for k in range(1, n + 1)]
+        window = values[max(0, row - 2): row + 1]
+        mean = sum(window) / len(window)
+        spread = math.sqrt(sum((v - mean) ** 2 for v in window) / (len(window) - 1))
+        assert half[row] == pytest.approx(1.959964 * spread * math.sqrt(sum(x * x for x in weights)), rel=1e-6)

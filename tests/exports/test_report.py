@@ -1,0 +1,120 @@
+"""report.md: its numbers, parsed back from the Markdown, are the tables' numbers; headline and snippets."""
+
+import math
+import re
+
+import polars as pl
+import pytest
+
+from pipelines.exports.report import ReportSettings, render_headlines, render_report
+
+
+def section(text: str, heading: str) -> str:
+    """The text under a heading, up to the next heading of the same or a higher level."""
+    level = heading.split(" ")[0]
+    start = text.index(heading + "\n")
+    rest = text[start + len(heading) + 1:]
+    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), rest, flags=re.M)]
+    return rest[: ends[0]] if ends else rest
+
+
+def markdown_table(text: str) -> list[dict[str, str]]:
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")))) for row in rows[2:]]
+
+
+def number(cell: str) -> float | None:
+    return None if cell == "–" else float(cell)
+
+
+def expected(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(value, 3)
+
+
+@pytest.fixture
+def report(tables) -> str:
+    return render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"],
+                         ReportSettings(final_window=50, ci_level=0.95))
+
+
+def test_runs_table_numbers_equal_run_summary(report, tables):
+    rows = markdown_table(section(section(report, "## Ablation `abl`"), "### Runs"))
+    summary = {r["run_id"]: r for r in tables["summary"].iter_rows(named=True)}
+    assert [r["run"] for r in rows] == ["`r_long`", "`r_mid`", "`r_short`"]  # best matched reward first
+    assert [r["label"] for r in rows] == ["Long run", "Mid run", "–"]
+    for row in rows:
+        want = summary[row["run"].strip("`")]
+        for column, key in [("final reward", "final_reward"), ("AUC reward", "auc_reward"),
+                            ("peak EMA", "peak_reward_ema"), ("matched reward", "matched_reward")]:
+            assert number(row[column]) == expected(want[key])
+        assert int(row["matched horizon"]) == want["matched_horizon"]
+        assert int(row["peak epoch"]) == want["peak_epoch"]
+        assert row["epochs"] == f"{want['n_epochs']} ({want['first_epoch']}–{want['last_epoch']})"
+
+
+def test_contrasts_table_numbers_equal_ablation_contrasts(report, tables):
+    rows = markdown_table(section(report, "### Pairwise contrasts of the matched reward"))
+    assert len(rows) == tables["contrasts"].height
+    for row, want in zip(rows, tables["contrasts"].iter_rows(named=True)):
+        assert (row["run A"], row["run B"]) == (f"`{want['run_a']}`", f"`{want['run_b']}`")
+        assert number(row["Δ matched reward (B − A)"]) == expected(want["delta"])
+        low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()
+        assert (number(low), number(high)) == (expected(want["ci_low"]), expected(want["ci_high"]))
+        assert number(row["P(B > A)"]) == expected(want["prob_improvement"])
+
+
+def test_headline_names_the_winner_and_turns_its_contrast_round(report):
+    text = section(report, "## Ablation `abl`").strip().splitlines()[0]
+    assert "(epoch 1)" in text
+    assert re.search(r"\*\*Long run\*\* \(`r_long`\), matched reward 0\.700 against 0\.500 for the runner-up "
+                     r"\*\*Mid run\*\* \(`r_mid`\)", text)
+    # The table row is r_mid − r_long = −0.2004 [−0.35, −0.05], P = 0.2; the winner's view is its mirror image.
+    found = re.search(r"difference ([+-]\d\.\d{3}), 95% bootstrap interval \[(\S+), (\S+)\], "
+                      r"probability of improvement (\d\.\d{3})", text)
+    assert [float(g) for g in found.groups()] == [0.200, 0.050, 0.350, 0.800]
+    assert "excludes zero" in text
+
+
+def test_single_run_ablation_says_there_is_nothing_to_compare(report):
+    text = section(report, "## Ablation `other`")
+    assert "Only one run, **Solo run** (`solo`): matched reward 0.150 at epoch 3" in text
+    assert "Pairwise contrasts" not in text
+    assert "![Ablation other" in text and "(figures/other.png)" in text
+
+
+def test_snapshots_and_how_to_call_them(report, tables):
+    rows = markdown_table(section(section(report, "## Ablation `abl`"), "### Snapshots"))
+    got = {(r["run"].strip("`"), r["role"]): (int(r["epoch"]), r["model name"].strip("`")) for r in rows}
+    chosen = tables["snapshots"].filter(pl.col("role").is_in(["matched", "best"])
+                                        & pl.col("run_id").is_in(["r_long", "r_mid", "r_short"]))
+    assert got == {(r["run_id"], r["role"]): (r["epoch"], r["model_name"]) for r in chosen.iter_rows(named=True)}
+    call = section(report, "## Calling a snapshot")
+    # The winner of the largest ablation (r_long), at its matched epoch.
+    assert call.count('"claude-haiku-4-5-20251001-s_l1"') == 2
+    assert call.count("anthropic-beta: finetuning-2025-09-03") >= 2 and "/v1/messages" in call
+    assert '"anthropic-beta": "finetuning-2025-09-03"' in call
+    assert "$ANTHROPIC_API_KEY" in call and "sk-ant" not in report
+
+
+def test_largest_ablation_comes_first_and_the_report_is_deterministic(report, tables):
+    assert report.index("## Ablation `abl`") < report.index("## Ablation `other`")
+    again = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"],
+                          ReportSettings(final_window=50, ci_level=0.95))
+    assert again == report
+
+
+def test_unresolved_lead_and_missing_values(tables):
+    contrasts = tables["contrasts"].with_columns(ci_low=pl.lit(-0.4), ci_high=pl.lit(0.1))
+    summary = tables["summary"].with_columns(
+        final_reward=pl.when(pl.col("run_id") == "r_mid").then(None).otherwise(pl.col("final_reward")))
+    text = render_report(tables["runs"], summary, contrasts, tables["snapshots"])
+    assert "includes zero: the lead is not resolved at 95%" in text
+    rows = markdown_table(section(section(text, "## Ablation `abl`"), "### Runs"))
+    assert [r["final reward"] for r in rows if r["run"] == "`r_mid`"] == ["–"]
+
+
+def test_headlines_for_the_ui_leave_out_figure_and_snapshots(tables):
+    text = render_headlines(tables["runs"], tables["summary"], tables["contrasts"])
+    assert "Winner at the compute-matched horizon" in text and "### Runs" in text
+    assert "![" not in text and "### Snapshots" not in text
