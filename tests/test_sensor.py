@@ -1,0 +1,224 @@
+"""The release sensor against a temporary release, as files appear, grow, change, are fixed and go away."""
+
+import json
+import os
+
+import dagster as dg
+import pytest
+
+from conftest import epoch_document
+from pipelines.defs.ingest.sensors import (
+    RELEASE_KEYS,
+    RUN_LAKE_KEYS,
+    dump_cursor,
+    parse_cursor,
+    release_files_sensor,
+    scan_releases,
+)
+from pipelines.defs.resources import WarehouseConfig
+from pipelines.lake import ingest_run_folder
+from pipelines.release.discover import find_run_folders
+from pipelines.warehouse_db import lake_dir
+
+SETTLE_NS = 60 * 10**9
+OLD = 1_600_000_000  # an mtime (s) long past: such a file is settled on first sight
+
+
+def set_mtime(path, seconds):
+    os.utime(path, (seconds, seconds))
+
+
+class Ticker:
+    """Evaluates the sensor like the daemon does: cursor carried over, partition requests applied."""
+
+    def __init__(self, instance, release, warehouse):
+        self.instance = instance
+        self.config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(warehouse))
+        self.cursor = None
+
+    def __call__(self):
+        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
+                                          resources={"warehouse": self.config})
+        result = release_files_sensor(context)
+        for request in result.dynamic_partitions_requests:
+            if isinstance(request, dg.AddDynamicPartitionsRequest):
+                self.instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+            else:
+                for key in request.partition_keys:
+                    self.instance.delete_dynamic_partition(request.partitions_def_name, key)
+        self.cursor = result.cursor
+        return result
+
+    def partitions(self):
+        return sorted(self.instance.get_dynamic_partitions("run_id"))
+
+    def ingest(self, result):
+        """Does what the requested runs would do for run_lake: brings those runs' lake partitions up to date."""
+        runs, _, _ = find_run_folders(self.config.release_roots())
+        return {r.partition_key: ingest_run_folder(runs[r.partition_key], lake_dir(self.config.warehouse), 2**20)
+                for r in result.run_requests if r.partition_key}
+
+
+def ingested_runs(result):
+    return sorted(r.partition_key for r in result.run_requests if r.partition_key)
+
+
+def asks_for_release_scan(result):
+    return any(r.partition_key is None and sorted(r.asset_selection) == RELEASE_KEYS for r in result.run_requests)
+
+
+@pytest.fixture
+def ticker(tmp_path):
+    with dg.DagsterInstance.ephemeral() as instance:
+        yield Ticker(instance, tmp_path / "release", tmp_path / "wh")
+
+
+def test_new_run_folder_adds_a_partition_and_its_files_are_taken_once_settled(tmp_path, ticker, write_epoch):
+    release = tmp_path / "release"
+    first = write_epoch(release / "run_a", 0)
+
+    result = ticker()
+    assert ticker.partitions() == ["run_a"]
+    assert asks_for_release_scan(result)
+    assert ingested_runs(result) == []  # the file is seconds old: it may still be being written
+
+    result = ticker()  # same size and mtime as on the previous tick: settled
+    assert ingested_runs(result) == ["run_a"]
+    request = next(r for r in result.run_requests if r.partition_key)
+    assert sorted(request.asset_selection) == RUN_LAKE_KEYS
+    assert ticker.ingest(result)["run_a"].files_parsed == 1
+
+    result = ticker()  # nothing changed: nothing requested, no file handed over twice
+    assert result.run_requests == [] and result.dynamic_partitions_requests == []
+    assert first.exists()
+
+
+def test_a_growing_file_waits_until_its_size_and_mtime_hold_still(tmp_path, ticker, write_epoch):
+    run = tmp_path / "release" / "run_a"
+    write_epoch(run, 0)
+    set_mtime(run / "epoch_000_results.json", OLD)
+    growing = run / "epoch_001_results.json"
+    text = json.dumps(epoch_document(1))
+    growing.write_text(text[:20])
+
+    result = ticker()
+    assert ingested_runs(result) == ["run_a"]  # epoch 0 is old, so settled; epoch 1 is not
+    assert ticker.ingest(result)["run_a"].files_parsed == 2  # ingest lists the folder itself: both are parsed
+    growing.write_text(text[:60])
+    assert ingested_runs(ticker()) == []  # grew since the last tick
+    growing.write_text(text)
+    assert ingested_runs(ticker()) == []  # grew again
+    result = ticker()  # unchanged since the last tick
+    assert ingested_runs(result) == ["run_a"]
+    assert ticker.ingest(result)["run_a"].files_parsed == 1
+
+
+def test_only_the_runs_whose_files_changed_are_requested(tmp_path, ticker, write_epoch):
+    release = tmp_path / "release"
+    for run in ("run_a", "run_b", "run_c"):
+        for epoch in range(2):
+            set_mtime(write_epoch(release / run, epoch, layout="folder" if run == "run_c" else "file"), OLD)
+    result = ticker()
+    assert ingested_runs(result) == ["run_a", "run_b", "run_c"]
+    ticker.ingest(result)
+
+    set_mtime(write_epoch(release / "run_b", 2), OLD)  # a new epoch, already complete
+    set_mtime(write_epoch(release / "run_c", 0, epoch_document(0, n=3), layout="folder"), OLD + 5)  # rewritten
+    result = ticker()
+    assert ingested_runs(result) == ["run_b", "run_c"]
+    assert not asks_for_release_scan(result)  # the set of runs did not change
+    parsed = {run: r.files_parsed for run, r in ticker.ingest(result).items()}
+    assert parsed == {"run_b": 1, "run_c": 1}
+
+
+def test_a_quarantined_file_that_is_fixed_later_is_picked_up(tmp_path, ticker, write_epoch):
+    run = tmp_path / "release" / "run_a"
+    bad = write_epoch(run, 0, '{"epoch": 0, "rewards": [')
+    set_mtime(bad, OLD)
+    result = ticker()
+    assert ticker.ingest(result)["run_a"].files_quarantined == 1
+
+    write_epoch(run, 0)  # the fix: a new mtime
+    set_mtime(bad, OLD + 10)
+    result = ticker()
+    assert ingested_runs(result) == ["run_a"]
+    outcome = ticker.ingest(result)["run_a"]
+    assert (outcome.files_parsed, outcome.files_quarantined, outcome.epochs) == (1, 0, 1)
+
+
+def test_removed_files_and_run_folders(tmp_path, ticker, write_epoch):
+    release = tmp_path / "release"
+    for run in ("run_a", "run_b"):
+        for epoch in range(2):
+            set_mtime(write_epoch(release / run, epoch), OLD)
+    ticker.ingest(ticker())
+
+    (release / "run_a" / "epoch_001_results.json").unlink()
+    result = ticker()
+    assert ingested_runs(result) == ["run_a"]
+    assert ticker.ingest(result)["run_a"].epochs == 1
+
+    for path in (release / "run_b").iterdir():
+        path.unlink()
+    (release / "run_b").rmdir()
+    result = ticker()
+    assert ticker.partitions() == ["run_a"]
+    assert ingested_runs(result) == []
+    assert asks_for_release_scan(result)  # release_runs clears the run out of the lake
+
+
+def test_files_already_in_the_lake_are_not_handed_to_ingest_again(tmp_path, write_epoch):
+    release, lake = tmp_path / "release", tmp_path / "wh" / "lake"
+    for epoch in range(3):
+        set_mtime(write_epoch(release / "run_a", epoch), OLD)
+    runs, _, _ = find_run_folders([release])
+    ingest_run_folder(runs["run_a"], lake, 2**20)  # an earlier `grpo-warehouse build`
+    set_mtime(write_epoch(release / "run_a", 3), OLD)
+
+    changes = scan_releases([release], lake, {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    assert changes.new_runs == ["run_a"]
+    assert changes.runs_to_ingest == {"run_a": ["run_a/epoch_003_results.json"]}
+
+
+def test_settling_by_age_and_by_a_second_look(tmp_path, write_epoch):
+    release = tmp_path / "release"
+    path = write_epoch(release / "run_a", 0)
+    set_mtime(path, 1_000)
+    mtime_ns = 1_000 * 10**9
+    young = scan_releases([release], tmp_path / "lake", {}, now_ns=mtime_ns + SETTLE_NS - 1, settle_ns=SETTLE_NS)
+    assert young.runs_to_ingest == {} and young.waiting == {"run_a": ["run_a/epoch_000_results.json"]}
+    old = scan_releases([release], tmp_path / "lake", {}, now_ns=mtime_ns + SETTLE_NS, settle_ns=SETTLE_NS)
+    assert old.runs_to_ingest == {"run_a": ["run_a/epoch_000_results.json"]}
+    second = scan_releases([release], tmp_path / "lake", young.state, now_ns=mtime_ns + 1, settle_ns=SETTLE_NS)
+    assert second.runs_to_ingest == {"run_a": ["run_a/epoch_000_results.json"]}
+
+
+def test_a_missing_release_root_does_not_look_like_deleted_runs(tmp_path, write_epoch):
+    release = tmp_path / "release"
+    set_mtime(write_epoch(release / "run_a", 0), OLD)
+    first = scan_releases([release], tmp_path / "lake", {}, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
+    release.rename(tmp_path / "unmounted")
+    second = scan_releases([release], tmp_path / "lake", first.state, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
+    assert second.gone_runs == [] and "run_a" in second.state
+
+
+def test_cursor_round_trips_and_a_garbled_one_starts_afresh(tmp_path, write_epoch):
+    release = tmp_path / "release"
+    set_mtime(write_epoch(release / "run_a", 0), OLD)
+    changes = scan_releases([release], tmp_path / "lake", {}, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
+    tick, state = parse_cursor(dump_cursor(7, changes.state))
+    assert tick == 7 and state == changes.state
+    assert parse_cursor("{not json") == (0, {})
+    assert parse_cursor(json.dumps({"format": 999})) == (0, {})
+
+
+def test_the_sensor_and_schedule_run_by_default():
+    from pipelines.definitions import defs
+
+    repo = defs().get_repository_def()
+    assert repo.get_sensor_def("release_files_sensor").default_status == dg.DefaultSensorStatus.RUNNING
+    assert repo.get_sensor_def("models_and_exports_automation").default_status == dg.DefaultSensorStatus.RUNNING
+    assert repo.get_schedule_def("nightly_refresh").default_status == dg.DefaultScheduleStatus.RUNNING
+    graph = repo.asset_graph
+    assert graph.get(dg.AssetKey("fact_epochs")).automation_condition is not None
+    assert graph.get(dg.AssetKey(["lake", "epochs"])).automation_condition is None  # the sensor drives ingest
