@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -16,7 +17,7 @@ import polars as pl
 from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_epoch
-from pipelines.release.discover import EpochFile, RunFolder, RunListing, SkippedEntry, list_run
+from pipelines.release.discover import EpochFile, RunFolder, RunListing, SkippedEntry, list_run, resolve_inside
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, combine, drift_notes, flatten
 
 LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
@@ -112,19 +113,59 @@ def _concat(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
     return pl.concat(present, how="diagonal_relaxed") if present else pl.DataFrame()
 
 
+def _release_root(file: EpochFile) -> Path:
+    return file.path.parents[len(Path(file.source_path).parts) - 1]
+
+
+def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
+    """The bytes of an epoch file, opened only when its real path is inside its release; at most the limit read."""
+    try:
+        real = resolve_inside(file.path, _release_root(file))
+        # O_NOFOLLOW: the real path has no link left to follow, so a link swapped in since is refused;
+        # O_NONBLOCK: a FIFO behind a link does not hang the build.
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise DecodeError("unreadable", f"cannot open the file: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DecodeError("not_a_file", "not a regular file (a FIFO or a device behind a link?)")
+        chunks, size = [], 0
+        while chunk := os.read(fd, max_file_bytes + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_file_bytes:
+                raise DecodeError("file_too_large", f"over the limit of {max_file_bytes} bytes (max_file_bytes)")
+    except OSError as exc:
+        raise DecodeError("unreadable", f"cannot read the file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _decode_file(file: EpochFile, max_file_bytes: int) -> EpochDoc:
     if file.size > max_file_bytes:
-        raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes}")
+        raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes} (max_file_bytes)")
+    data = read_epoch_file(file, max_file_bytes)
     try:
-        data = file.path.read_bytes()
-    except OSError as exc:
-        raise DecodeError("unreadable", f"cannot read the file: {exc.strerror}") from None
-    doc = decode_epoch(data)
+        doc = decode_epoch(data)
+    except DecodeError:
+        raise
+    except Exception as exc:  # a parser's own failure on hostile input must not stop the run's other files
+        raise DecodeError("invalid_json", f"cannot be decoded: {type(exc).__name__}: {exc}"[:300]) from None
     if doc.epoch != file.epoch_in_name:
         raise DecodeError(
             "epoch_mismatch", f"the file says epoch {doc.epoch} but its name says epoch {file.epoch_in_name}"
         )
     return doc
+
+
+def _worth_retrying(outcome: "_Outcome", file: EpochFile, max_file_bytes: int) -> bool:
+    """A quarantined file whose problem may have gone without its size or mtime changing (chmod, a new limit)."""
+    if outcome.status != "quarantined":
+        return False
+    if outcome.reason == "unreadable":
+        return os.access(file.path, os.R_OK)
+    return outcome.reason == "file_too_large" and file.size <= max_file_bytes
 
 
 def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunIngestResult:
@@ -141,6 +182,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
         changed = [
             f for f in listing.epoch_files
             if (o := known.get(f.source_path)) is None or (o.size, o.mtime_ns) != (f.size, f.mtime_ns)
+            or _worth_retrying(o, f, max_file_bytes)
         ]
         removed = set(known) - set(current)
         partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
@@ -221,7 +263,7 @@ def _error(run_id, source_path, epoch, kind, severity, message, action) -> dict:
 
 
 def _inventory_errors(run_id: str, skipped: list[SkippedEntry]) -> pl.DataFrame:
-    rows = [_error(run_id, s.source_path, None, "bad_entry", "error", s.reason, "skipped")
+    rows = [_error(run_id, s.source_path, None, s.error_kind or "bad_entry", "error", s.reason, "skipped: not opened")
             for s in skipped if s.is_problem]
     return pl.DataFrame(rows, schema=ERROR_COLUMNS)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,11 @@ class EpochDoc:
         return len(self.trajectory_ids)
 
 
+# Exact types, as both JSON parsers produce them; bool is its own type, so a set of types tells it from a number.
+_NUMBER_TYPES = frozenset({int, float, type(None)})
+_SCALAR_TYPES = frozenset({bool, int, float, str, type(None)})
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -50,40 +56,138 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def parse_json(data: bytes) -> Any:
-    """Parses JSON as Python's json module wrote it (NaN and Infinity tokens included)."""
-    if not data.strip():
-        raise DecodeError("empty_file", "the file is empty")
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass  # orjson rejects NaN/Infinity tokens and gives no line numbers; the standard parser does both
+def _position(data: bytes, offset: int) -> str:
+    line = data.count(b"\n", 0, offset) + 1
+    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return f"line {line}, column {column} (char {offset})"
+
+
+@dataclass
+class _DuplicateKeys:
+    """An object_pairs_hook for the standard parser that notes every key repeated within one object."""
+
+    found: list[tuple[str, bool]] = field(default_factory=list)  # (key, both values equal)
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict:
+        result = dict(pairs)  # the last value wins, as everywhere in Python
+        if len(result) != len(pairs):
+            seen: dict[str, Any] = {}
+            for key, value in pairs:
+                if key in seen:
+                    self.found.append((key, _same_value(seen[key], value)))
+                seen[key] = value
+        return result
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, allow_nan=True) == json.dumps(b, sort_keys=True, allow_nan=True)
+
+
+def _may_hold_duplicate_keys(data: bytes, doc: Any) -> bool:
+    """A cheap test that is never wrong when it says no: re-serializing drops a repeated key, and with it quotes.
+
+    Every string of the input reappears in orjson's output with the same quote characters, unless the input
+    spells characters below U+0040 (a quote, say) as \\u00XX escapes; then the exact check runs instead.
+    """
+    if data.find(b"\\") >= 0 and data.find(b"\\u00") >= 0:
+        return True
+    return orjson.dumps(doc).count(b'"') != data.count(b'"')
+
+
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _stdlib_parse(data: bytes) -> tuple[Any, _DuplicateKeys]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DecodeError("invalid_utf8", f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
+        raise DecodeError("invalid_utf8", f"invalid UTF-8 at {_position(data, exc.start)}: {exc.reason}") from None
+    duplicates = _DuplicateKeys()
     try:
-        return json.loads(text)
+        doc = json.loads(text, object_pairs_hook=duplicates)
     except json.JSONDecodeError as exc:
         kind = "truncated_json" if exc.pos >= len(text.rstrip()) else "invalid_json"
         raise DecodeError(kind, f"{exc.msg} at line {exc.lineno}, column {exc.colno} (char {exc.pos})") from None
+    except RecursionError:
+        raise DecodeError("invalid_json", "nested too deeply to parse") from None
+    if _LONE_SURROGATE.search(data):
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DecodeError("invalid_utf8", f"a string holds an unpaired surrogate escape ({exc.reason})") from None
+    return doc, duplicates
+
+
+def _duplicate_problem(data: bytes, duplicates: _DuplicateKeys) -> tuple[str, str] | None:
+    """(severity, message) for the repeated keys found, with where the first repeat is."""
+    if not duplicates.found:
+        return None
+    key, _ = duplicates.found[0]
+    repeats = list(re.finditer(re.escape(json.dumps(key).encode()) + rb"\s*:", data))
+    where = f" (repeated at {_position(data, repeats[1].start())})" if len(repeats) > 1 else ""
+    keys = ", ".join(dict.fromkeys(f"`{k}`" for k, _ in duplicates.found))
+    if all(same for _, same in duplicates.found):
+        return "warning", f"key(s) {keys} appear more than once in one object with equal values{where}"
+    return "error", f"key(s) {keys} appear more than once in one object with different values{where}"
+
+
+def parse_document(data: bytes) -> tuple[Any, list[tuple[str, str]]]:
+    """Parses JSON as Python's json module wrote it (NaN and Infinity tokens included), and its warnings.
+
+    Keys repeated within one object, which both parsers silently collapse to the last value, are found too:
+    with equal values the document loads with a warning; with different values it is refused, as nobody can
+    tell which value was meant.
+    """
+    if not data.strip():
+        raise DecodeError("empty_file", "the file is empty")
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # orjson rejects NaN/Infinity tokens and gives no line numbers; the standard parser does both.
+        doc, duplicates = _stdlib_parse(data)
+    else:
+        if not _may_hold_duplicate_keys(data, doc):
+            return doc, []
+        doc, duplicates = _stdlib_parse(data)
+    problem = _duplicate_problem(data, duplicates)
+    if problem is None:
+        return doc, []
+    severity, message = problem
+    if severity == "error":
+        raise DecodeError("duplicate_key", message)
+    return doc, [("duplicate_key", message)]
+
+
+def parse_json(data: bytes) -> Any:
+    """Parses JSON as Python's json module wrote it (NaN and Infinity tokens included)."""
+    return parse_document(data)[0]
 
 
 def _number_list(doc: dict, key: str) -> list[float | None]:
     values = doc[key]
     if not isinstance(values, list):
         raise DecodeError("wrong_type", f"`{key}` should be a list of numbers, found {type(values).__name__}")
+    kinds = set(map(type, values))  # one pass in C; the loop below only runs to name the bad entry
+    if kinds <= _NUMBER_TYPES:
+        return values if int not in kinds else [None if v is None else float(v) for v in values]
     for index, value in enumerate(values):
         if value is not None and not _is_number(value):
             raise DecodeError(
                 "wrong_type", f"`{key}[{index}]` should be a number, found {type(value).__name__} {value!r:.40}"
             )
-    return [None if v is None else float(v) for v in values]
+    return [None if v is None else _to_float(key, v) for v in values]
+
+
+def _to_float(key: str, value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise DecodeError("wrong_type", f"`{key}` holds an integer too large for a float: {value!r:.40}") from None
 
 
 def decode_epoch(data: bytes) -> EpochDoc:
     """Decodes the bytes of one epoch document; raises DecodeError when it cannot be loaded whole."""
-    doc = parse_json(data)
+    doc, parse_warnings = parse_document(data)
     if not isinstance(doc, dict):
         raise DecodeError("not_an_object", f"the document is a JSON {type(doc).__name__}, not an object")
     missing = [key for key in REQUIRED_KEYS if key not in doc]
@@ -97,7 +201,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
         raise DecodeError("wrong_type", f"`epoch` should be an integer, found {type(epoch).__name__} {epoch!r:.40}")
 
     trajectory_ids = doc["trajectory_ids"]
-    if not isinstance(trajectory_ids, list) or not all(isinstance(t, str) for t in trajectory_ids):
+    if not isinstance(trajectory_ids, list) or not set(map(type, trajectory_ids)) <= {str}:
         raise DecodeError("wrong_type", "`trajectory_ids` should be a list of strings")
     rewards = _number_list(doc, "rewards")
     advantages = _number_list(doc, "advantages")
@@ -108,7 +212,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
             f"`trajectory_ids` has {n} entries, `rewards` {len(rewards)}, `advantages` {len(advantages)}",
         )
 
-    warnings: list[tuple[str, str]] = []
+    warnings: list[tuple[str, str]] = list(parse_warnings)
     scalars: dict[str, float | None] = {}
     for key in DOCUMENTED_SCALARS:
         value = doc.get(key)
@@ -116,7 +220,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
             warnings.append(("missing_key", f"documented key `{key}` is missing; loaded as null"))
         elif value is not None and not _is_number(value):
             raise DecodeError("wrong_type", f"`{key}` should be a number, found {type(value).__name__} {value!r:.40}")
-        scalars[key] = None if value is None else float(value)
+        scalars[key] = None if value is None else _to_float(key, value)
 
     snapshot_id = doc.get("snapshot_id")
     if "snapshot_id" not in doc:
@@ -130,7 +234,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
             continue
         if _is_scalar(value):
             parsed.scalar_extras[key] = value
-        elif isinstance(value, list) and len(value) == n and n > 0 and all(_is_scalar(v) for v in value):
+        elif isinstance(value, list) and len(value) == n and n > 0 and set(map(type, value)) <= _SCALAR_TYPES:
             parsed.array_extras[key] = value
         else:
             parsed.json_extras[key] = json.dumps(value, allow_nan=True, sort_keys=True)

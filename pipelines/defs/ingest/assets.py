@@ -45,8 +45,9 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         context.log.warning(problem)
     dim = build_dim_runs(list(runs.values()), [Path(p) for p in warehouse.registries])
     errors = pl.DataFrame(
-        [{"run_id": None, "source_path": s.source_path, "epoch": None, "error_kind": "bad_entry", "severity": "error",
-          "message": s.reason, "action": "skipped"} for s in root_entries if s.is_problem]
+        [{"run_id": None, "source_path": s.source_path, "epoch": None, "error_kind": s.error_kind or "bad_entry",
+          "severity": "error", "message": s.reason, "action": "skipped: not opened"}
+         for s in root_entries if s.is_problem]
         + [{"run_id": None, "source_path": None, "epoch": None, "error_kind": "release_problem", "severity": "error",
             "message": p, "action": "skipped"} for p in problems],
         schema=ERROR_COLUMNS,
