@@ -67,13 +67,14 @@ replicates as (
     from generate_series(1, getvariable('bootstrap_reps'))
 ),
 
--- draw i of replicate r of a run picks the value at position md5(seed, run, r, i) mod n
+-- draw i of replicate r of a run picks the value at position md5(seed, run, r, i) mod n (n values in the window)
 draws as (
     select
         sizes.run_id,
         replicates.replicate,
-        (md5_number(concat_ws(':', getvariable('bootstrap_seed'), sizes.run_id, replicates.replicate, draw.i))
-            % sizes.n_values)::bigint as position
+        -- the low 64 bits, in unsigned integer arithmetic (a 128-bit modulo goes through DOUBLE and loses them)
+        (md5_number_lower(concat_ws(':', getvariable('bootstrap_seed'), sizes.run_id, replicates.replicate, draw.i))
+            % sizes.n_values::ubigint)::bigint as position
     from (select distinct run_id, n_values from window_values) as sizes
     cross join replicates
     cross join lateral (select unnest(range(sizes.n_values)) as i) as draw

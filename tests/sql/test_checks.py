@@ -1,0 +1,117 @@
+"""The asset checks of pipelines/defs/models/checks.py: quiet on clean data, firing on data that violates them."""
+
+import duckdb
+import dagster as dg
+import pytest
+
+from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch
+from pipelines.defs.models import checks
+from pipelines.defs.resources import WarehouseConfig
+
+CLEAN_RUNS = [("run_b", "abl", 2), ("run_c", "solo", 2)]  # no gap, unlike run_a
+CLEAN_EPOCHS = [doc for doc in EPOCHS if doc["run_id"] != "run_a"]
+
+
+def built(docs, runs=RUNS) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_staging(con, docs, runs)
+    build_marts(con, {"bootstrap_reps": 10})
+    return con
+
+
+def all_results(con) -> dict[str, dg.AssetCheckResult]:
+    return {
+        "duplicates": checks.duplicate_epochs(con),
+        "kl": checks.nonzero_kl(con),
+        "arrays": checks.inconsistent_trajectory_arrays(con),
+        "reported": checks.reported_mean_mismatch(con, 1e-6),
+        "advantages": checks.unnormalised_groups(con),
+        "gaps": checks.epoch_gaps(con),
+    }
+
+
+def test_every_check_passes_on_clean_data():
+    results = all_results(built(CLEAN_EPOCHS, CLEAN_RUNS))
+    assert {name: r.passed for name, r in results.items()} == dict.fromkeys(results, True)
+
+
+def test_epoch_gaps_warn_and_name_the_missing_epochs():
+    result = checks.epoch_gaps(built(EPOCHS))  # run_a has epochs 0, 1, 3
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    assert result.metadata["count"].value == 1
+    [example] = result.metadata["examples"].value
+    assert (example["run_id"], example["missing_epochs"], example["missing_ranges"]) == ("run_a", 1, ["2-2"])
+
+
+def test_duplicate_epoch_is_an_error():
+    con = built(CLEAN_EPOCHS, CLEAN_RUNS)
+    con.execute("insert into fact_epochs select * from fact_epochs where run_id = 'run_b' and epoch = 1")
+    result = checks.duplicate_epochs(con)
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR
+    [example] = result.metadata["examples"].value
+    assert (example["run_id"], example["epoch"], example["n_rows"]) == ("run_b", 1, 2)
+
+
+def test_nonzero_or_nan_kl_warns():
+    docs = [*CLEAN_EPOCHS, epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], kl=0.02),
+            epoch("run_c", 2, [0.0, 1.0], [-1.0, 1.0], kl=NAN)]
+    result = checks.nonzero_kl(built(docs, CLEAN_RUNS))
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    assert [(e["epoch"], e["kl_sample_train"]) for e in result.metadata["examples"].value] == [(1, 0.02), (2, "nan")]
+
+
+def test_trajectory_count_mismatch_is_an_error():
+    docs = [*CLEAN_EPOCHS, epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], n=3)]  # claims 3, has 2 rows
+    result = checks.inconsistent_trajectory_arrays(built(docs, CLEAN_RUNS))
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR
+    [example] = result.metadata["examples"].value
+    assert (example["epoch"], example["n_trajectories"], example["n_trajectory_rows"]) == (1, 3, 2)
+
+
+def test_reported_mean_mismatch_warns_and_an_all_nan_epoch_is_consistent():
+    docs = [*CLEAN_EPOCHS,
+            epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], reported=0.6),  # the finite mean is .5
+            epoch("run_c", 2, [NAN, NAN], [0.0, 0.0])]  # reports NaN, recomputes null: consistent
+    result = checks.reported_mean_mismatch(built(docs, CLEAN_RUNS), 1e-6)
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    [example] = result.metadata["examples"].value
+    assert example["epoch"] == 1 and example["difference"] == pytest.approx(0.1)
+
+
+def test_unnormalised_groups_are_listed_with_the_reason():
+    runs = [("g", "abl", 2), ("h", "abl", 3)]
+    docs = [
+        epoch("g", 0, [0.0, 1.0, 0.5, 0.5], [1.0, -1.0, 0.0, 0.0]),  # group 0 reversed
+        epoch("g", 1, [0.0, 1.0, 0.5, 0.5], [0.5, 1.5, 0.3, 0.0]),  # group 0 mean 1, group 1 flat but not 0
+        epoch("g", 2, [0.0, 1.0, 0.5, 0.5], [-1.0, 1.0, 0.0, 0.0]),  # fine
+        epoch("g", 3, [0.0, 1.0, NAN, 0.0], [-1.0, 1.0, 0.0, NAN]),  # group 1: a finite reward without advantage
+        # mean 0 but not affine: (0, .5, 1) -> (-1, .2, .8), correlation ~0.97
+        epoch("h", 0, [0.0, 0.5, 1.0], [-1.0, 0.2, 0.8]),
+    ]
+    result = checks.unnormalised_groups(built(docs, runs))
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    found = {(e["run_id"], e["epoch"], e["group_index"]): e["advantage_problem"]
+             for e in result.metadata["examples"].value}
+    assert set(found) == {("g", 0, 0), ("g", 1, 0), ("g", 1, 1), ("g", 3, 1), ("h", 0, 0)}
+    assert "increasing affine" in found["g", 0, 0] and "increasing affine" in found["h", 0, 0]
+    assert "average to 0" in found["g", 1, 0]
+    assert "rewards all equal" in found["g", 1, 1]
+    assert "non-finite advantage" in found["g", 3, 1]
+
+
+def test_checks_read_the_build_database_and_only_duplicates_block(tmp_path):
+    build_db = tmp_path / ".build" / "build.duckdb"
+    build_db.parent.mkdir()
+    con = duckdb.connect(str(build_db))
+    create_staging(con, EPOCHS, RUNS)
+    build_marts(con, {"bootstrap_reps": 10})
+    con.close()
+    warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
+    assert checks.no_duplicate_epochs(warehouse=warehouse).passed
+    gaps = checks.no_epoch_gaps(warehouse=warehouse)
+    assert not gaps.passed and gaps.severity == dg.AssetCheckSeverity.WARN
+    blocking = {spec.name for definition in (checks.no_duplicate_epochs, checks.kl_sample_train_is_zero,
+                                             checks.trajectory_arrays_consistent, checks.reported_mean_reward_matches,
+                                             checks.advantages_normalised, checks.no_epoch_gaps)
+                for spec in definition.check_specs if spec.blocking}
+    assert blocking == {"no_duplicate_epochs"}

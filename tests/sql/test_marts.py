@@ -1,0 +1,244 @@
+"""The mart models on the tiny fixture of conftest.py, against values worked out by hand."""
+
+import math
+
+import duckdb
+import pytest
+
+from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch, rows
+
+
+def by_key(con, table: str, *key: str) -> dict:
+    return {tuple(row[k] for k in key): row for row in rows(con, f"select * from {table}")}
+
+
+def approx(value):
+    return pytest.approx(value, abs=1e-9)
+
+
+def test_epoch_metrics_contract_columns_come_first(warehouse_con):
+    columns = [c[0] for c in warehouse_con.execute("select * from epoch_metrics limit 0").description]
+    assert columns[:10] == ["run_id", "epoch", "n_trajectories", "n_groups", "mean_reward", "reported_mean_reward",
+                            "reward_std", "frac_zero_std_groups", "reward_ema", "reward_rolling"]
+
+
+def test_epoch_metrics_by_hand(warehouse_con):
+    metrics = by_key(warehouse_con, "epoch_metrics", "run_id", "epoch")
+    assert sorted(metrics) == [("run_a", 0), ("run_a", 1), ("run_a", 3), ("run_b", 0), ("run_b", 1), ("run_b", 2),
+                               ("run_c", 0)]
+    a0, a1, a3 = metrics["run_a", 0], metrics["run_a", 1], metrics["run_a", 3]
+    # run_a epoch 0: rewards 1, 0, .5, .5 -> mean 2/4; deviations .5, -.5, 0, 0 -> SS .5, /3 -> std sqrt(1/6);
+    # groups (1, 0) and (.5, .5): one of two has no spread.
+    assert (a0["n_trajectories"], a0["n_groups"]) == (4, 2)
+    assert a0["mean_reward"] == approx(0.5)
+    assert a0["reward_std"] == approx(math.sqrt(1 / 6))
+    assert a0["frac_zero_std_groups"] == approx(0.5)
+    # epoch 1: rewards 1, NaN, 1, 0 -> finite mean 2/3; deviations 1/3, 1/3, -2/3 -> SS 2/3, /2 -> std sqrt(1/3).
+    # Group (1, NaN) has one finite reward, so it does not count; group (1, 0) has spread -> 0 of 1.
+    assert a1["mean_reward"] == approx(2 / 3)
+    assert a1["reported_mean_reward"] == approx(2 / 3)
+    assert a1["reward_std"] == approx(math.sqrt(1 / 3))
+    assert a1["frac_zero_std_groups"] == approx(0.0)
+    assert a1["n_nonfinite_rewards"] == 1
+    # epoch 3: rewards 1, 1, 1, 0 -> mean .75; deviations .25 x3, -.75 -> SS .75, /3 -> std .5; group (1, 1) flat.
+    assert a3["mean_reward"] == approx(0.75)
+    assert a3["reward_std"] == approx(0.5)
+    assert a3["frac_zero_std_groups"] == approx(0.5)
+    # EMA, w = .5: last = .25 -> /(1-.5) = .5; last = .125 + 1/3 = 11/24 -> /(1-.25) = 11/18;
+    # last = 11/48 + 3/8 = 29/48 -> /(1-.125) = 29/42.
+    assert [a0["reward_ema"], a1["reward_ema"], a3["reward_ema"]] == [approx(0.5), approx(11 / 18), approx(29 / 42)]
+    # Rolling mean over the epoch and 1 loaded epoch before it (the gap at epoch 2 is skipped):
+    # .5; (.5 + 2/3)/2 = 7/12; (2/3 + .75)/2 = 17/24.
+    assert [a0["reward_rolling"], a1["reward_rolling"], a3["reward_rolling"]] == [
+        approx(0.5), approx(7 / 12), approx(17 / 24)]
+    # run_b: means .25, .75, .5; EMA .25; (.0625 + .375)/.75 = 7/12; (.21875 + .25)/.875 = 15/28.
+    b = [metrics["run_b", e] for e in (0, 1, 2)]
+    assert [m["mean_reward"] for m in b] == [approx(0.25), approx(0.75), approx(0.5)]
+    assert [m["reward_ema"] for m in b] == [approx(0.25), approx(7 / 12), approx(15 / 28)]
+    assert [m["frac_zero_std_groups"] for m in b] == [approx(0.5), approx(0.5), approx(0.0)]
+    assert b[2]["reward_std"] == approx(math.sqrt(1 / 3))  # deviations +-.5 x4 -> SS 1, /3
+
+
+def test_group_metrics_by_hand(warehouse_con):
+    groups = by_key(warehouse_con, "group_metrics", "run_id", "epoch", "group_index")
+    assert len(groups) == 13  # 3 + 3 epochs of 2 groups, and run_c's one group
+    flat = groups["run_a", 0, 1]  # rewards .5, .5
+    assert (flat["n_trajectories"], flat["reward_mean"], flat["reward_std"], flat["is_zero_std"]) == (2, 0.5, 0.0, True)
+    spread = groups["run_a", 0, 0]  # rewards 1, 0: mean .5, sample std sqrt(.5)
+    assert spread["reward_std"] == approx(math.sqrt(0.5)) and spread["is_zero_std"] is False
+    with_nan = groups["run_a", 1, 0]  # rewards 1, NaN: one finite reward, no std, not "zero std"
+    assert (with_nan["n_trajectories"], with_nan["n_finite_rewards"], with_nan["reward_mean"]) == (2, 1, 1.0)
+    assert with_nan["reward_std"] is None and with_nan["is_zero_std"] is False
+    # both conventions (population std in run_a, sample std in run_b) count as normalised
+    assert all(g["advantages_consistent"] for g in groups.values())
+    assert all(g["advantage_problem"] is None for g in groups.values())
+
+
+def test_run_summary_by_hand(warehouse_con):
+    summary = by_key(warehouse_con, "run_summary", "run_id")
+    a, b, c = summary["run_a",], summary["run_b",], summary["run_c",]
+    assert (a["first_epoch"], a["last_epoch"], a["n_epochs"], a["missing_epochs"]) == (0, 3, 3, 1)
+    assert a["final_reward"] == approx((2 / 3 + 0.75) / 2)  # last 2 loaded epochs: 1 and 3
+    assert a["auc_reward"] == approx((0.5 + 2 / 3 + 0.75) / 3)
+    assert (a["peak_reward_ema"], a["peak_epoch"]) == (approx(29 / 42), 3)
+    # matched horizon: the smaller last epoch of run_a (3) and run_b (2); run_a's window is epochs 0 and 1
+    assert (a["matched_horizon"], b["matched_horizon"]) == (2, 2)
+    assert a["matched_reward"] == approx((0.5 + 2 / 3) / 2)
+    assert (a["final_snapshot_id"], a["best_snapshot_id"], a["matched_snapshot_id"]) == (
+        "snap_run_a_3", "snap_run_a_3", "snap_run_a_1")
+    assert (b["missing_epochs"], b["final_reward"], b["auc_reward"]) == (0, approx(0.625), approx(0.5))
+    assert (b["peak_reward_ema"], b["peak_epoch"], b["matched_reward"]) == (approx(7 / 12), 1, approx(0.625))
+    assert (b["final_snapshot_id"], b["best_snapshot_id"], b["matched_snapshot_id"]) == (
+        "snap_run_b_2", "snap_run_b_1", "snap_run_b_2")
+    # run_c is alone in its ablation: its own last epoch is the horizon
+    assert (c["matched_horizon"], c["matched_reward"], c["final_reward"]) == (0, approx(0.5), approx(0.5))
+
+
+def test_snapshots_roles_and_model_names(warehouse_con):
+    got = {(r["run_id"], r["role"]): (r["epoch"], r["snapshot_id"], r["model_name"])
+           for r in rows(warehouse_con, "select * from snapshots")}
+    assert len(got) == 9
+    assert got["run_a", "final"] == (3, "snap_run_a_3", "model-snap_run_a_3")
+    assert got["run_a", "best"] == (3, "snap_run_a_3", "model-snap_run_a_3")
+    assert got["run_a", "matched"] == (1, "snap_run_a_1", "model-snap_run_a_1")
+    assert got["run_b", "best"] == (1, "snap_run_b_1", "model-snap_run_b_1")
+
+
+def test_ablation_contrasts_by_hand(warehouse_con):
+    contrasts = rows(warehouse_con, "select * from ablation_contrasts")
+    assert len(contrasts) == 1  # run_c is alone in its ablation: no pair
+    pair = contrasts[0]
+    assert (pair["ablation"], pair["run_a"], pair["run_b"]) == ("abl", "run_a", "run_b")
+    # windows: run_a {.5, 2/3}, run_b {.75, .5}; delta = .625 - 7/12 = 1/24
+    assert pair["delta"] == approx(1 / 24)
+    # b > a: (.75, .5) (.75, 2/3) -> 2; tie (.5, .5) -> 1/2; (.5, 2/3) -> 0; 2.5 of 4 pairs
+    assert pair["prob_improvement"] == approx(2.5 / 4)
+    # Resampling 2 values with replacement: each run's extreme means (both draws the smaller/larger value) have
+    # probability 1/4, so delta* = .5 - 2/3 = -1/6 and .75 - .5 = 1/4 each have probability 1/16 = 6.25% > 2.5%:
+    # the 95% percentile interval is exactly [-1/6, 1/4].
+    assert (pair["ci_low"], pair["ci_high"]) == (approx(-1 / 6), approx(1 / 4))
+
+
+def test_bootstrap_is_deterministic_and_seeded():
+    def contrasts(params=None):
+        con = duckdb.connect()
+        create_staging(con, EPOCHS, RUNS)
+        build_marts(con, {"bootstrap_reps": 500, **(params or {})})
+        result = con.execute("select * from ablation_contrasts order by all").fetchall()
+        con.close()
+        return result
+
+    first = contrasts({"final_window": 3})
+    assert contrasts({"final_window": 3}) == first  # a rebuild, with fresh connections and threads
+    other_seed = contrasts({"final_window": 3, "bootstrap_seed": 8})
+    assert other_seed[0][3] == first[0][3]  # same delta
+    assert other_seed[0][4:6] != first[0][4:6]  # different draws
+
+
+def _clear_case(n: int = 40) -> list[dict]:
+    """Two runs of n epochs with one trajectory each: run_a's rewards around .2, run_b's around .8."""
+    docs = []
+    for e in range(n):
+        wiggle = ((e * 7) % 11) / 50  # 0 .. .2, deterministic
+        docs.append(epoch("lo", e, [0.1 + wiggle], [0.0]))
+        docs.append(epoch("hi", e, [0.7 + ((e * 5) % 13) / 60], [0.0]))
+    return docs
+
+
+def test_bootstrap_interval_sanity_on_a_clear_case():
+    con = duckdb.connect()
+    create_staging(con, _clear_case(), [("hi", "pair", 1), ("lo", "pair", 1)])
+    build_marts(con, {"final_window": 40, "bootstrap_reps": 4000})
+    pair = rows(con, "select * from ablation_contrasts")[0]
+    values = {run: [r[0] for r in con.execute(
+        "select mean_reward from epoch_metrics where run_id = ? order by epoch", [run]).fetchall()]
+        for run in ("hi", "lo")}
+    con.close()
+    assert (pair["run_a"], pair["run_b"]) == ("hi", "lo")
+    mean = {run: sum(v) / len(v) for run, v in values.items()}
+    assert pair["delta"] == approx(mean["lo"] - mean["hi"])
+    assert pair["ci_low"] < pair["delta"] < pair["ci_high"] < 0
+    assert pair["prob_improvement"] == 0.0  # every "lo" epoch is below every "hi" epoch
+    # The percentile interval of an iid bootstrap of two means is close to delta +- 1.96 standard errors, with
+    # the plug-in (population) variances; 4000 replicates pin its half-width to within a few percent.
+    variance = {run: sum((x - mean[run]) ** 2 for x in v) / len(v) for run, v in values.items()}
+    half_width = 1.96 * math.sqrt(sum(var / 40 for var in variance.values()))
+    assert (pair["ci_high"] - pair["ci_low"]) / 2 == pytest.approx(half_width, rel=0.1)
+
+
+def tensorboard_ema(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's scalar smoothing (debiased EMA), transcribed from its dashboard code."""
+    last, count, out = 0.0, 0, []
+    for y in values:
+        if y is None or not math.isfinite(y):
+            out.append(y)
+            continue
+        last = last * weight + (1 - weight) * y
+        count += 1
+        out.append(last / (1 - weight**count) if weight != 1 else last)
+    return out
+
+
+@pytest.mark.parametrize("weight", [0.9, 0.6])
+def test_reward_ema_matches_tensorboard_with_a_nan_epoch(weight):
+    docs = []
+    for e in range(30):
+        if e == 12:
+            docs.append(epoch("run", e, [NAN, NAN], [0.0, 0.0]))  # no finite reward: mean_reward is null
+        elif e not in (5, 6):  # a gap
+            docs.append(epoch("run", e, [((e * 37) % 17) / 17, ((e * 11) % 7) / 7], [0.0, 0.0]))
+    con = duckdb.connect()
+    create_staging(con, docs, [("run", "abl", 2)])
+    build_marts(con, {"ema_weight": weight})
+    got = con.execute("select mean_reward, reward_ema from epoch_metrics order by epoch").fetchall()
+    con.close()
+    means = [m for m, _ in got]
+    assert means[10] is None  # epoch 12 is the 11th loaded epoch
+    expected = tensorboard_ema(means, weight)
+    assert [ema for _, ema in got] == [None if x is None else approx(x) for x in expected]
+
+
+def test_reward_ema_does_not_overflow_on_a_long_run():
+    # 0.9^-n overflows a double after ~6,700 epochs; the recursion never forms it
+    docs = [epoch("long", e, [float(e % 2)], [0.0]) for e in range(8000)]
+    con = duckdb.connect()
+    create_staging(con, docs, [("long", "abl", 1)])
+    build_marts(con, {"ema_weight": 0.9, "bootstrap_reps": 10})
+    last = con.execute("select reward_ema from epoch_metrics where epoch = 7999").fetchone()[0]
+    con.close()
+    assert last == approx(tensorboard_ema([float(e % 2) for e in range(8000)], 0.9)[-1])
+
+
+def test_reward_breakdowns_by_hand(warehouse_con):
+    got = {(r["run_id"], r["window_start"], r["breakdown"], r["level"]): r
+           for r in rows(warehouse_con, "select * from reward_breakdowns")}
+    assert {key[0] for key in got} == {"run_a"}  # the other runs have no extras
+    # window 0-1 (epochs 0, 1): target x = 1, .5, 1, 1; y = 0, .5, NaN, 0 -> mean of the finite ones 1/6
+    x, y = got["run_a", 0, "target_model", "x"], got["run_a", 0, "target_model", "y"]
+    assert (x["window_end"], x["n_epochs"], x["n_trajectories"], x["mean_reward"]) == (1, 2, 4, approx(0.875))
+    assert (y["n_trajectories"], y["mean_reward"]) == (4, approx(1 / 6))
+    # FP controls (trajectory 0) = 1, 1; the rest = 0, .5, .5, NaN, 1, 0 -> 2/5
+    assert got["run_a", 0, "is_fp_control", "true"]["mean_reward"] == approx(1.0)
+    assert got["run_a", 0, "is_fp_control", "false"]["mean_reward"] == approx(0.4)
+    # window 2-3 holds epoch 3 only: rewards 1, 1, 1, 0
+    assert got["run_a", 2, "target_model", "y"]["mean_reward"] == approx(0.5)
+    assert got["run_a", 2, "is_fp_control", "false"]["mean_reward"] == approx(2 / 3)
+
+
+def test_reward_breakdowns_build_without_the_optional_columns():
+    con = duckdb.connect()
+    create_staging(con, EPOCHS, RUNS, extras=False)
+    build_marts(con)
+    assert con.execute("select count(*) from reward_breakdowns").fetchone()[0] == 0
+    # and every other mart still builds
+    assert con.execute("select count(*) from run_summary").fetchone()[0] == 3
+    con.close()
+
+
+def test_reward_breakdowns_read_extras_stored_as_json_text(warehouse_con):
+    con = duckdb.connect()
+    create_staging(con, EPOCHS, RUNS, extras_as_json_text=True)
+    build_marts(con)
+    query = "select * from reward_breakdowns order by all"
+    assert con.execute(query).fetchall() == warehouse_con.execute(query).fetchall()
+    con.close()
