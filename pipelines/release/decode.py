@@ -169,7 +169,7 @@ def _number_list(doc: dict, key: str) -> list[float | None]:
         raise DecodeError("wrong_type", f"`{key}` should be a list of numbers, found {type(values).__name__}")
     kinds = set(map(type, values))  # one pass in C; the loop below only runs to name the bad entry
     if kinds <= _NUMBER_TYPES:
-        return values if int not in kinds else [None if v is None else float(v) for v in values]
+        return values if int not in kinds else [None if v is None else _to_float(key, v) for v in values]
     for index, value in enumerate(values):
         if value is not None and not _is_number(value):
             raise DecodeError(
