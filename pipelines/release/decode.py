@@ -106,7 +106,9 @@ def _stdlib_parse(data: bytes) -> tuple[Any, _DuplicateKeys]:
     try:
         doc = json.loads(text, object_pairs_hook=duplicates)
     except json.JSONDecodeError as exc:
-        kind = "truncated_json" if exc.pos >= len(text.rstrip()) else "invalid_json"
+        # A string left open runs to the end of the file: the file was cut short there too.
+        cut_short = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        kind = "truncated_json" if cut_short else "invalid_json"
         raise DecodeError(kind, f"{exc.msg} at line {exc.lineno}, column {exc.colno} (char {exc.pos})") from None
     except RecursionError:
         raise DecodeError("invalid_json", "nested too deeply to parse") from None

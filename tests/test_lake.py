@@ -1,0 +1,173 @@
+"""The Parquet lake: incremental ingest, type drift across builds, retries, and nothing read outside a release."""
+
+import builtins
+import io
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import epoch_document
+from pipelines.lake import ingest_run, partition_file
+from pipelines.release.discover import find_run_folders, list_run
+
+LIMIT = 1 << 20
+
+
+def ingest(release: Path, lake: Path, run_id: str = "run", limit: int = LIMIT):
+    runs, _, _ = find_run_folders([release])
+    return ingest_run(list_run(runs[run_id]), lake, limit)
+
+
+def table(lake: Path, name: str, run_id: str = "run") -> pl.DataFrame:
+    return pl.read_parquet(partition_file(lake, name, run_id))
+
+
+def test_type_drift_across_incremental_builds_keeps_every_value(tmp_path, write_epoch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0, epoch_document(0, n=2, phase=1, score=[1, 2]))
+    write_epoch(release / "run", 1, epoch_document(1, n=2, phase=2, score=[3, 4]))
+    ingest(release, lake)
+    assert table(lake, "epochs")["phase"].dtype == pl.Int64
+
+    write_epoch(release / "run", 2, epoch_document(2, n=2, phase="warm", score=["a", "b"]))
+    result = ingest(release, lake)
+    assert result.files_parsed == 1  # only the new file
+    assert table(lake, "epochs").sort("epoch")["phase"].to_list() == ["1", "2", '"warm"']
+    assert table(lake, "trajectories").sort("epoch", "traj_index")["score"].to_list() == [
+        "1", "2", "3", "4", '"a"', '"b"']
+    drift = table(lake, "errors").filter(pl.col("error_kind") == "type_drift")
+    assert sorted(drift["message"].str.extract(r"`(\w+)`").to_list()) == ["phase", "score"]
+    assert set(drift["severity"]) == {"warning"}
+
+    # A later file of the first type: still JSON text, and the drift is still reported.
+    write_epoch(release / "run", 3, epoch_document(3, n=2, phase=3, score=[5, 6]))
+    ingest(release, lake)
+    assert table(lake, "epochs").sort("epoch")["phase"].to_list() == ["1", "2", '"warm"', "3"]
+    assert table(lake, "errors").filter(pl.col("error_kind") == "type_drift").height == 2
+
+    # The odd file fixed: the column is typed again, natively, and the warning leaves.
+    write_epoch(release / "run", 2, epoch_document(2, n=2, phase=9, score=[7, 8]))
+    os.utime(release / "run" / "epoch_002_results.json", ns=(1, 1))
+    ingest(release, lake)
+    epochs = table(lake, "epochs").sort("epoch")
+    assert epochs["phase"].dtype == pl.Int64 and epochs["phase"].to_list() == [1, 2, 9, 3]
+    assert table(lake, "errors").filter(pl.col("error_kind") == "type_drift").height == 0
+
+
+def test_fixed_file_is_loaded_and_its_error_leaves(tmp_path, write_epoch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0)
+    bad = write_epoch(release / "run", 1, '{"epoch": 1, "rew')
+    ingest(release, lake)
+    assert table(lake, "errors")[["source_path", "error_kind"]].rows() == [("run/epoch_001_results.json",
+                                                                           "truncated_json")]
+    assert table(lake, "epochs")["epoch"].to_list() == [0]
+    write_epoch(release / "run", 1)
+    assert bad.stat().st_size != 17
+    ingest(release, lake)
+    assert table(lake, "errors").height == 0
+    assert table(lake, "epochs")["epoch"].to_list() == [0, 1]
+
+
+def test_file_over_the_size_limit_is_quarantined_unread(tmp_path, write_epoch, monkeypatch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    path = write_epoch(release / "run", 0)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k))
+    ingest(release, lake, limit=100)
+    assert str(path) not in opened
+    (row,) = table(lake, "errors").rows(named=True)
+    assert (row["error_kind"], row["action"]) == ("file_too_large", "quarantined: not loaded")
+    assert str(path.stat().st_size) in row["message"]
+    # A larger limit next time: the file is retried although it did not change.
+    ingest(release, lake, limit=LIMIT)
+    assert table(lake, "epochs")["epoch"].to_list() == [0]
+
+
+def test_unreadable_file_is_quarantined_then_retried_when_readable(tmp_path, write_epoch, monkeypatch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0)
+    locked = write_epoch(release / "run", 1)
+    real_open = os.open
+
+    def deny(path, *args, **kwargs):
+        if Path(path) == locked.resolve():
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", deny)
+        ingest(release, lake)
+    (row,) = table(lake, "errors").rows(named=True)
+    assert (row["source_path"], row["error_kind"], row["epoch"]) == ("run/epoch_001_results.json", "unreadable", 1)
+    assert "Permission denied" in row["message"]
+    # Readable again (a chmod changes neither size nor mtime): the next ingest retries it.
+    ingest(release, lake)
+    assert table(lake, "errors").height == 0
+    assert table(lake, "epochs")["epoch"].to_list() == [0, 1]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; see the monkeypatched test")
+def test_unreadable_file_by_its_mode(tmp_path, write_epoch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    locked = write_epoch(release / "run", 0)
+    locked.chmod(0)
+    try:
+        ingest(release, lake)
+    finally:
+        locked.chmod(0o644)
+    assert table(lake, "errors")["error_kind"].to_list() == ["unreadable"]
+
+
+def test_nothing_outside_the_release_is_opened(tmp_path, write_epoch, monkeypatch):
+    release, lake, outside = tmp_path / "rel", tmp_path / "lake", tmp_path / "outside"
+    write_epoch(release / "run", 0)
+    secret = write_epoch(outside, 1)
+    secret_dir = write_epoch(outside / "folder", 2, layout="folder").parent
+    secret.chmod(0)
+    os.symlink(secret, release / "run" / "epoch_001_results.json")
+    os.symlink(secret_dir, release / "run" / "epoch_002")
+    (release / "run" / "epoch_003").mkdir()
+    os.symlink(secret, release / "run" / "epoch_003" / "results.json")
+    os.symlink(release / "run" / "epoch_000_results.json", release / "run" / "epoch_004_results.json")  # inside
+    os.symlink(release / "run" / "missing.json", release / "run" / "epoch_005_results.json")  # broken
+    os.symlink(release / "run" / "epoch_006_results.json", release / "run" / "epoch_006_results.json")  # a loop
+
+    opened: list[str] = []
+    for module, name in ((os, "open"), (builtins, "open"), (io, "open")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda p, *a, _real=real, **k: opened.append(os.fspath(p)) or _real(p, *a, **k))
+    ingest(release, lake)
+    monkeypatch.undo()
+
+    outside_opened = [p for p in opened if not Path(p).resolve().is_relative_to(release.resolve())
+                      and not Path(p).resolve().is_relative_to(lake.resolve())]
+    assert outside_opened == []
+    errors = {r["source_path"]: r for r in table(lake, "errors").rows(named=True)}
+    kinds = {path: r["error_kind"] for path, r in errors.items()}
+    assert kinds == {
+        "run/epoch_001_results.json": "outside_link", "run/epoch_002": "outside_link",
+        "run/epoch_003/results.json": "outside_link", "run/epoch_005_results.json": "outside_link",
+        "run/epoch_006_results.json": "outside_link",
+        # The link inside the release is followed: it leads to epoch 0's document, read and found mismatched.
+        "run/epoch_004_results.json": "epoch_mismatch",
+    }
+    assert "broken link" in errors["run/epoch_005_results.json"]["message"]
+    # Paths in messages are relative to the release: the absolute outside path is nowhere.
+    assert not any(str(tmp_path) in r["message"] for r in errors.values())
+    assert table(lake, "epochs")["epoch"].to_list() == [0]
+
+
+def test_second_ingest_with_no_change_rewrites_nothing(tmp_path, write_epoch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0)
+    write_epoch(release / "run", 1, "{")
+    ingest(release, lake)
+    stamps = {p: p.stat().st_mtime_ns for p in lake.rglob("*") if p.is_file()}
+    result = ingest(release, lake)
+    assert (result.changed, result.files_parsed) == (False, 0)
+    assert {p: p.stat().st_mtime_ns for p in lake.rglob("*") if p.is_file()} == stamps
