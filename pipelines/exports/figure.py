@@ -158,7 +158,7 @@ def ablation_figure(
     window = smoothing.window
     ax_reward.set_title("Reward (per-epoch mean over trajectories)", loc="left", fontweight="bold")
     ax_reward.set_xlabel("epoch")
-    ax_reward.set_ylabel("mean trajectory reward (reward units)")
+    ax_reward.set_ylabel("mean trajectory reward (unitless score)")
     ax_zero.set_title(f"Groups with no learning signal (trailing {window}-epoch mean)", loc="left", fontsize=10)
     ax_zero.set_ylabel("zero-variance groups (% of groups)")
     ax_zero.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
@@ -197,10 +197,11 @@ def ablation_figure(
 
 
 def render(fig: Figure, fmt: str, dpi: int = 150) -> bytes:
-    """The figure as PNG or SVG bytes; the same figure always gives the same bytes."""
+    """The figure as PNG, SVG or JPEG bytes; the same figure always gives the same bytes."""
     buffer = io.BytesIO()
+    extra = {"pil_kwargs": {"quality": 80}} if fmt in ("jpg", "jpeg") else {"metadata": _NO_DATE.get(fmt)}
     with matplotlib.rc_context(_RC):
-        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=_NO_DATE.get(fmt), facecolor="white")
+        fig.savefig(buffer, format=fmt, dpi=dpi, facecolor="white", **extra)
     return buffer.getvalue()
 
 

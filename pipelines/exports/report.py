@@ -134,10 +134,16 @@ def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame) -> str:
 
 
 def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
-    header = ["run A", "run B", "Δ matched reward (B − A)", f"{settings.ci_level:.0%} interval", "P(B > A)"]
+    header = ["run A", "run B", "Δ matched reward (B − A)", f"{settings.ci_level:.0%} interval", "P(B > A)", "ahead"]
+
+    def ahead(row: dict) -> str:
+        if not _finite(row["delta"]) or row["delta"] == 0:
+            return MISSING
+        return f"`{row['run_b'] if row['delta'] > 0 else row['run_a']}`"
+
     rows = [
         [f"`{r['run_a']}`", f"`{r['run_b']}`", num(r["delta"], signed=True), interval(r["ci_low"], r["ci_high"]),
-         num(r["prob_improvement"])]
+         num(r["prob_improvement"]), ahead(r)]
         for r in contrasts.sort("run_a", "run_b").iter_rows(named=True)
     ]
     return table(header, rows)
@@ -227,7 +233,9 @@ def ablation_section(
         "", runs_table(members, summary),
     ]
     if contrasts.height:
-        lines += ["", "### Pairwise contrasts of the matched reward", "", contrasts_table(contrasts, settings)]
+        lines += ["", "### Pairwise contrasts of the matched reward", "",
+                  "As in `ablation_contrasts`: one row per pair with run A < run B by id, so a negative Δ means "
+                  "run A is ahead.", "", contrasts_table(contrasts, settings)]
     if full and snapshots.height:
         lines += ["", "### Snapshots", "",
                   "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",

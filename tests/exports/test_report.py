@@ -62,6 +62,7 @@ def test_contrasts_table_numbers_equal_ablation_contrasts(report, tables):
         low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()
         assert (number(low), number(high)) == (expected(want["ci_low"]), expected(want["ci_high"]))
         assert number(row["P(B > A)"]) == expected(want["prob_improvement"])
+        assert row["ahead"] == f"`{want['run_b'] if want['delta'] > 0 else want['run_a']}`"
 
 
 def test_headline_names_the_winner_and_turns_its_contrast_round(report):

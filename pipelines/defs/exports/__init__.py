@@ -1,0 +1,1 @@
+"""Exports: the ablation figures, CSV/Parquet copies of the result tables and report.md, under <warehouse>/exports."""

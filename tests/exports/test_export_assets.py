@@ -1,0 +1,87 @@
+"""The export assets against a hand-made build database: files land, a rebuild with no change rewrites nothing."""
+
+import dagster as dg
+import duckdb
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from pipelines.definitions import defs
+from pipelines.defs.exports.assets import ablation_figures, report, table_exports
+from pipelines.defs.resources import WarehouseConfig
+from pipelines.warehouse_db import build_dir
+
+
+def write_build_db(warehouse, tables: dict[str, pl.DataFrame]) -> None:
+    folder = build_dir(warehouse)
+    folder.mkdir(parents=True, exist_ok=True)
+    with duckdb.connect(str(folder / "build.duckdb")) as con:
+        for name, frame in tables.items():
+            con.register("frame", frame.to_arrow())
+            con.execute(f"create or replace table {name} as select * from frame")
+            con.unregister("frame")
+
+
+def build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    epochs = tables["epochs"]
+    return {
+        "dim_runs": tables["runs"],
+        "epoch_metrics": epochs.drop("sample_entropy", "train_entropy"),
+        "fact_epochs": epochs.select("run_id", "epoch", "sample_entropy", "train_entropy"),
+        "run_summary": tables["summary"],
+        "ablation_contrasts": tables["contrasts"],
+        "snapshots": tables["snapshots"],
+    }
+
+
+def materialize(warehouse) -> dg.ExecuteInProcessResult:
+    return dg.materialize([ablation_figures, table_exports, report],
+                          resources={"warehouse": WarehouseConfig(warehouse_dir=str(warehouse))})
+
+
+def rewritten(result: dg.ExecuteInProcessResult) -> dict[str, object]:
+    return {e.asset_key.to_user_string(): e.materialization.metadata["grpo/rewritten"].value
+            for e in result.get_asset_materialization_events()}
+
+
+def test_exports_land_and_an_unchanged_rebuild_rewrites_nothing(tmp_path, tables):
+    write_build_db(tmp_path, build_tables(tables))
+    first = materialize(tmp_path)
+    assert first.success
+    exports = tmp_path / "exports"
+    assert sorted(p.name for p in (exports / "figures").iterdir()) == ["abl.png", "abl.svg", "other.png", "other.svg"]
+    for name in ("run_summary", "ablation_contrasts", "snapshots", "epoch_metrics"):
+        assert_frame_equal(pl.read_parquet(exports / f"{name}.parquet"),
+                           build_tables(tables)[name].sort(pl.all()), check_row_order=False)
+    text = (exports / "report.md").read_text()
+    assert "(figures/abl.png)" in text and "claude-haiku-4-5-20251001-s_l1" in text
+
+    stamps = {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()}
+    second = materialize(tmp_path)
+    assert rewritten(second) == {"ablation_figures": 0, "table_exports": 0, "report": False}
+    assert {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()} == stamps
+    versions = [{e.asset_key: e.materialization.tags.get("dagster/data_version")
+                 for e in r.get_asset_materialization_events()} for r in (first, second)]
+    assert versions[0] == versions[1]
+
+
+def test_a_changed_table_rewrites_its_exports_and_drops_stale_figures(tmp_path, tables):
+    write_build_db(tmp_path, build_tables(tables))
+    materialize(tmp_path)
+    changed = {**tables, "runs": tables["runs"].filter(pl.col("run_id") != "solo"),
+               "summary": tables["summary"].with_columns(pl.col("matched_reward") + 0.01)}
+    write_build_db(tmp_path, build_tables(changed))
+    result = materialize(tmp_path)
+    assert rewritten(result)["report"] is True
+    assert sorted(p.name for p in (tmp_path / "exports" / "figures").iterdir()) == ["abl.png", "abl.svg"]
+    assert "Ablation `other`" not in (tmp_path / "exports" / "report.md").read_text()
+
+
+def test_export_assets_sit_downstream_of_the_models_they_read():
+    graph = defs().resolve_asset_graph()
+    parents = {key: {p.to_user_string() for p in graph.get(dg.AssetKey(key)).parent_keys}
+               for key in ("ablation_figures", "table_exports", "report")}
+    assert parents["ablation_figures"] >= {"epoch_metrics", "run_summary", "dim_runs", "fact_epochs"}
+    assert parents["table_exports"] == {"run_summary", "ablation_contrasts", "snapshots", "epoch_metrics"}
+    assert parents["report"] >= {"run_summary", "ablation_contrasts", "snapshots", "dim_runs", "ablation_figures"}
+    for key in parents:
+        assert graph.get(dg.AssetKey(key)).group_name == "exports"
