@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import duckdb
@@ -38,8 +39,8 @@ def snapshot(warehouse: Path) -> tuple:
         return con.execute(SNAPSHOT).fetchone()
 
 
-def build_and_kill(release: Path, warehouse: Path, marker: str) -> str:
-    """Starts `grpo-warehouse build`, kill -9s it as soon as a line containing marker is printed; returns its output."""
+def build_and_kill(release: Path, warehouse: Path, marker: str, until=None) -> str:
+    """Starts `grpo-warehouse build`, kill -9s it once a line containing marker is printed and until() holds."""
     process = subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "build", "--release", str(release), "--warehouse", str(warehouse),
          "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -47,6 +48,8 @@ def build_and_kill(release: Path, warehouse: Path, marker: str) -> str:
     for line in process.stdout:
         output.append(line)
         if marker in line:
+            while until is not None and not until() and process.poll() is None:
+                time.sleep(0.002)
             process.kill()
             break
     process.wait(timeout=120)
@@ -76,8 +79,12 @@ def test_a_build_killed_during_ingest_and_during_models_then_rerun(tmp_path, wri
     build_and_kill(release, wh, "run_lake - [1/3]")
     assert snapshot(wh) == pytest.approx(old)  # readable, and still the last published build
     assert_manifests_match_the_lake(wh / "lake")
-    # After ingest: the SQL models are being rebuilt in the build database.
-    build_and_kill(release, wh, "run_lake - [3/3]")
+    # During the models: once the first rebuilt model has reached the build database (the build database,
+    # or its WAL, changed), and long before the publication that follows the last model and the exports.
+    build_db = wh / ".build" / "build.duckdb"
+    before = build_db.stat().st_mtime_ns
+    build_and_kill(release, wh, "run_lake - [3/3]",
+                   until=lambda: build_db.with_suffix(".duckdb.wal").exists() or build_db.stat().st_mtime_ns != before)
     assert snapshot(wh) in (pytest.approx(old), pytest.approx(new))  # one complete snapshot or the other
     assert_manifests_match_the_lake(wh / "lake")
 
