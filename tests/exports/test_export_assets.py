@@ -9,6 +9,7 @@ from pipelines.definitions import defs
 from pipelines.defs.exports.assets import ablation_figures, report, table_exports
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.warehouse_db import build_dir
+from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def write_build_db(warehouse, tables: dict[str, pl.DataFrame]) -> None:

@@ -7,6 +7,7 @@ import polars as pl
 from polars.testing import assert_frame_equal
 
 from pipelines.exports.files import export_table, table_files, write_if_changed
+from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def test_write_if_changed_skips_identical_bytes(tmp_path):

@@ -15,6 +15,7 @@ from pipelines.exports.figure import (
     render,
     with_bands,
 )
+from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def by_gid(ax, prefix: str) -> dict[str, object]:

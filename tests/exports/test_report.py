@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from pipelines.exports.report import ReportSettings, render_headlines, render_report
+from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def section(text: str, heading: str) -> str:
@@ -119,3 +120,11 @@ def test_headlines_for_the_ui_leave_out_figure_and_snapshots(tables):
     text = render_headlines(tables["runs"], tables["summary"], tables["contrasts"])
     assert "Winner at the compute-matched horizon" in text and "### Runs" in text
     assert "![" not in text and "### Snapshots" not in text
+
+
+def test_runs_without_an_ablation_get_their_own_section(tables):
+    runs = tables["runs"].with_columns(
+        ablation=pl.when(pl.col("run_id") == "solo").then(None).otherwise(pl.col("ablation")))
+    text = render_report(runs, tables["summary"], tables["contrasts"], tables["snapshots"])
+    assert "## Ablation `unassigned`" in text and "(figures/unassigned.png)" in text
+    assert "**Solo run** (`solo`)" in section(text, "## Ablation `unassigned`")

@@ -1,4 +1,4 @@
-"""Tiny hand-written result tables shaped like the marts: two ablations, one with three runs, one with one."""
+"""Tiny hand-written result tables shaped like the marts (two ablations: three runs and one run), and a fixture."""
 
 import math
 
