@@ -117,10 +117,32 @@ def _release_root(file: EpochFile) -> Path:
     return file.path.parents[len(Path(file.source_path).parts) - 1]
 
 
+_REAL_ROOTS: dict[str, str] = {}
+
+
+def _real_path_inside(file: EpochFile) -> str:
+    """resolve_inside(file.path, its release root), with the root resolved once per process instead of per file.
+
+    One realpath per file on the usual path; anything unusual (outside, broken, a loop) goes through
+    resolve_inside itself, so its errors and messages are exactly resolve_inside's.
+    """
+    root = str(file.path)[: -len(file.source_path) - 1]
+    real_root = _REAL_ROOTS.get(root)
+    if real_root is None:
+        real_root = _REAL_ROOTS[root] = os.path.realpath(root)
+    try:
+        real = os.path.realpath(file.path, strict=True)
+    except OSError:
+        real = None
+    if real is not None and real.startswith(real_root + os.sep) and str(file.path).endswith(file.source_path):
+        return real
+    return str(resolve_inside(file.path, _release_root(file)))
+
+
 def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     """The bytes of an epoch file, opened only when its real path is inside its release; at most the limit read."""
     try:
-        real = resolve_inside(file.path, _release_root(file))
+        real = _real_path_inside(file)
         # O_NOFOLLOW: the real path has no link left to follow, so a link swapped in since is refused;
         # O_NONBLOCK: a FIFO behind a link does not hang the build.
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
