@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
+import numpy as np
 import polars as pl
 
 from pipelines.release.decode import DOCUMENTED_SCALARS, EpochDoc, Scalar
@@ -66,12 +67,13 @@ def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | No
     any other mix of types are kept as JSON text, value by value, so `"1"` and `1` stay distinguishable and
     nothing is silently cast.
     """
-    kinds = {type(v) for v in values if v is not None}
+    kinds = set(map(type, values)) - {type(None)}  # one pass in C: columns run to millions of values
     if kinds == {int, float}:
         kinds = {float}
     if len(kinds) == 1 and JsonText not in kinds:
         kind = next(iter(kinds))
-        if kind is not int or all(_INT64[0] <= v <= _INT64[1] for v in values if v is not None):
+        present = values if None not in values else [v for v in values if v is not None]
+        if kind is not int or _INT64[0] <= min(present) and max(present) <= _INT64[1]:
             return pl.Series(name, values, dtype=_PYTHON_TO_POLARS[kind], strict=True), None
     if not kinds:
         return pl.Series(name, values, dtype=pl.String), None
@@ -137,6 +139,19 @@ def combine(
     return combined, dict(sorted(kinds.items()))
 
 
+def _per_trajectory(run_id: str, epoch_cols: dict[str, list]) -> dict[str, pl.Series]:
+    """The trajectory table's per-document columns, each document's value repeated once per trajectory."""
+    counts = np.asarray(epoch_cols["n_trajectories"], dtype=np.int64)
+    document = np.repeat(np.arange(len(counts)), counts)
+    starts = np.cumsum(counts) - counts
+    return {
+        "run_id": pl.Series([run_id], dtype=pl.String).gather(np.zeros(len(document), dtype=np.int64)),
+        "epoch": pl.Series(epoch_cols["epoch"], dtype=pl.Int64).gather(document),
+        "source_path": pl.Series(epoch_cols["source_path"], dtype=pl.String).gather(document),
+        "traj_index": pl.Series(np.arange(len(document), dtype=np.int64) - starts[document]),
+    }
+
+
 def _mtime(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
 
@@ -170,22 +185,26 @@ def flatten(
             epoch_cols[name].append(value)
         extras = (*doc.scalar_extras.items(), *((k, JsonText(v)) for k, v in doc.json_extras.items()))
         for key, value in extras:
-            column = scalar_extras.setdefault(extra_column_name(key, EPOCH_COLUMNS), [None] * n_epochs)
+            name = extra_column_name(key, EPOCH_COLUMNS)
+            column = scalar_extras.get(name)
+            if column is None:  # not setdefault: its default list would be built for every document
+                column = scalar_extras[name] = [None] * n_epochs
             column.append(value)
         n_epochs += 1
         for column in scalar_extras.values():
             if len(column) < n_epochs:
                 column.append(None)
 
-        traj_cols["run_id"].extend([run_id] * n)
-        traj_cols["epoch"].extend([doc.epoch] * n)
-        traj_cols["source_path"].extend([file.source_path] * n)
-        traj_cols["traj_index"].extend(range(n))
+        # run_id, epoch, source_path and traj_index are repeated per document below, in bulk.
         traj_cols["trajectory_id"].extend(doc.trajectory_ids)
         traj_cols["reward"].extend(doc.rewards)
         traj_cols["advantage"].extend(doc.advantages)
         for key, values in doc.array_extras.items():
-            array_extras.setdefault(extra_column_name(key, TRAJECTORY_COLUMNS), [None] * n_traj).extend(values)
+            name = extra_column_name(key, TRAJECTORY_COLUMNS)
+            column = array_extras.get(name)
+            if column is None:  # not setdefault: a run's worth of padding per document made this quadratic
+                column = array_extras[name] = [None] * n_traj
+            column.extend(values)
         n_traj += n
         for column in array_extras.values():
             if len(column) < n_traj:
@@ -204,6 +223,6 @@ def flatten(
 
     return (
         frame("epochs", epoch_cols, EPOCH_COLUMNS, scalar_extras),
-        frame("trajectories", traj_cols, TRAJECTORY_COLUMNS, array_extras),
+        frame("trajectories", {**traj_cols, **_per_trajectory(run_id, epoch_cols)}, TRAJECTORY_COLUMNS, array_extras),
         kinds,
     )
