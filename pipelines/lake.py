@@ -9,10 +9,11 @@ import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import orjson
 import polars as pl
 from filelock import FileLock
 
@@ -200,7 +201,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
         previous = _read_manifest(lake, run_id)
         known: dict[str, _Outcome] = {k: _Outcome(**v) for k, v in previous.get("files", {}).items()}
         current = {f.source_path: f for f in listing.epoch_files}
-        skipped = sorted((asdict(s) for s in listing.skipped), key=lambda s: s["source_path"])
+        skipped = sorted((dict(vars(s)) for s in listing.skipped), key=lambda s: s["source_path"])
         changed = [
             f for f in listing.epoch_files
             if (o := known.get(f.source_path)) is None or (o.size, o.mtime_ns) != (f.size, f.mtime_ns)
@@ -209,7 +210,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
         removed = set(known) - set(current)
         partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
         if not changed and not removed and previous.get("skipped") == skipped and partitions_present:
-            return _result(run_id, False, 0, known, lake, started)
+            return _result(run_id, False, 0, known, lake, started, rows=previous.get("rows"))
 
         stale = {f.source_path for f in changed} | removed
         outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
@@ -271,11 +272,14 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
             "format": LAKE_FORMAT,
             "run_id": run_id,
             "release": listing.run.release,
-            "files": {path: asdict(o) for path, o in sorted(outcomes.items())},
+            "files": {path: vars(o) for path, o in sorted(outcomes.items())},
             "skipped": skipped,
             "json_columns": {"epochs": epoch_kinds, "trajectories": trajectory_kinds},
+            # Row counts, so that a build with nothing to do opens no Parquet file at all.
+            "rows": {"epochs": epochs.height, "trajectories": trajectories.height},
         }
-        write_text_atomically(json.dumps(manifest, indent=1), manifest_file(lake, run_id))
+        # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
+        write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
         return _result(run_id, True, len(changed), outcomes, lake, started, epochs, trajectories)
 
 
@@ -307,10 +311,13 @@ def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _
 
 
 def _result(run_id, changed, parsed, outcomes: dict[str, _Outcome], lake: Path, started: float,
-            epochs: pl.DataFrame | None = None, trajectories: pl.DataFrame | None = None) -> RunIngestResult:
-    n_epochs = epochs.height if epochs is not None else _count_rows(partition_file(lake, "epochs", run_id))
+            epochs: pl.DataFrame | None = None, trajectories: pl.DataFrame | None = None,
+            rows: dict | None = None) -> RunIngestResult:
+    rows = rows or {}
+    n_epochs = (epochs.height if epochs is not None
+                else rows.get("epochs", _count_rows(partition_file(lake, "epochs", run_id))))
     n_traj = (trajectories.height if trajectories is not None
-              else _count_rows(partition_file(lake, "trajectories", run_id)))
+              else rows.get("trajectories", _count_rows(partition_file(lake, "trajectories", run_id))))
     quarantined = sum(o.status == "quarantined" for o in outcomes.values())
     return RunIngestResult(run_id, changed, parsed, quarantined, n_epochs, n_traj,
                            round(time.perf_counter() - started, 3))
