@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,11 @@ def _child_main(step: str, args_json: str) -> None:
     result = STEPS[step](**json.loads(args_json))
     # The process's own high-water mark (wait4's ru_maxrss would include the parent's RSS at fork time).
     result["vmhwm_bytes"] = _status_bytes(os.getpid(), "VmHWM:")
+    # CPU time of the step and its pool workers (reaped by now): steadier than wall time on a busy machine.
+    import resource
+
+    result["cpu_seconds"] = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                               resource.getrusage(resource.RUSAGE_CHILDREN)))
     print("BENCH_RESULT " + json.dumps(result), flush=True)
 
 
@@ -269,7 +275,7 @@ def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
     peak_tree = peak_single = 0
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=out, stderr=err)
+        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
         finished = threading.Event()
 
         def sample() -> None:
@@ -281,7 +287,12 @@ def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        _, status = os.waitpid(process.pid, 0)
+        try:
+            _, status = os.waitpid(process.pid, 0)
+        except BaseException:  # interrupted: take the step and its pool workers down too
+            os.killpg(process.pid, signal.SIGTERM)
+            finished.set()
+            raise
         wall = time.perf_counter() - started
         finished.set()
         sampler.join()
@@ -334,7 +345,7 @@ def _mirror(source: Path, target: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 def bench_release(label: str, releases: list[str], work: Path, workers: int, repeat: int,
-                  with_pandas: bool, with_serial: bool, say) -> dict:
+                  with_pandas: bool, with_serial: bool, say, with_build: bool = True) -> dict:
     """Every figure for one release set, each step in its own process; medians over `repeat` runs of each."""
     logs = work / "logs"
     figures: dict[str, list[Measurement]] = {}
@@ -354,7 +365,14 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
     def fresh(path: Path):
         return lambda _attempt: shutil.rmtree(path, ignore_errors=True)
 
+    # The baselines first, on exactly the files the full ingest sees; the incremental figures add files after.
     run("decode_lower_bound", "decode", releases=releases, workers=workers)
+    run("duckdb", "duckdb", before=fresh(work / "duckdb"), releases=releases, out=str(work / "duckdb"),
+        workers=workers)
+    shutil.rmtree(work / "duckdb", ignore_errors=True)
+    if with_pandas:
+        run("pandas", "pandas", before=fresh(work / "pandas"), releases=releases, out=str(work / "pandas"))
+        shutil.rmtree(work / "pandas", ignore_errors=True)
     if with_serial:
         run("ingest_1_worker", "ingest", before=fresh(work / "lake_serial"),
             releases=releases, lake=str(work / "lake_serial"), workers=1)
@@ -365,12 +383,8 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
     run("ingest_one_file", "ingest", before=lambda _a: add_epoch_file(releases, next(added)),
         releases=releases, lake=str(lake), workers=workers)
     shutil.rmtree(lake, ignore_errors=True)
-    run("duckdb", "duckdb", before=fresh(work / "duckdb"), releases=releases, out=str(work / "duckdb"),
-        workers=workers)
-    shutil.rmtree(work / "duckdb", ignore_errors=True)
-    if with_pandas:
-        run("pandas", "pandas", before=fresh(work / "pandas"), releases=releases, out=str(work / "pandas"))
-        shutil.rmtree(work / "pandas", ignore_errors=True)
+    if not with_build:
+        return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
     warehouse = work / "warehouse"
     run("build_full", "build", before=fresh(warehouse), releases=releases, warehouse=str(warehouse), workers=workers)
     run("build_no_change", "build", releases=releases, warehouse=str(warehouse), workers=workers)
@@ -403,8 +417,9 @@ def summarize(raw: dict) -> dict:
     tree = {name: _median(raw, name, "peak_tree_rss_bytes") for name in raw}
     largest = {name: _median(raw, name, "peak_rss_bytes") for name in raw}
     first = {name: runs[0]["result"] for name, runs in raw.items()}
+    cpu = {name: median(r["result"].get("cpu_seconds", 0.0) for r in runs) for name, runs in raw.items()}
     summary = {
-        "seconds": s, "process_seconds": wall, "peak_tree_rss_bytes": tree, "peak_rss_bytes": largest,
+        "seconds": s, "process_seconds": wall, "cpu_seconds": cpu, "peak_tree_rss_bytes": tree, "peak_rss_bytes": largest,
         "files": first["decode_lower_bound"]["files"], "bytes": first["decode_lower_bound"]["bytes"],
         "stdlib_fallbacks": first["decode_lower_bound"]["stdlib_fallbacks"],
         "runs": first["decode_lower_bound"]["runs"],
@@ -414,13 +429,14 @@ def summarize(raw: dict) -> dict:
         "ingest_vs_decode": s["ingest_full"] / s["decode_lower_bound"],
         "duckdb_vs_ingest": s["duckdb"] / s["ingest_full"],
         "one_file_share": s["ingest_one_file"] / s["ingest_full"],
-        "build_one_file_share": wall["build_one_file"] / wall["build_full"],
     }
+    if "build_full" in raw:
+        summary["build_one_file_share"] = wall["build_one_file"] / wall["build_full"]
     if "pandas" in s:
         summary["pandas_vs_ingest"] = s["pandas"] / s["ingest_full"]
     if "ingest_1_worker" in s:
         summary["parallel_speedup"] = s["ingest_1_worker"] / s["ingest_full"]
-    for name in ("build_full", "build_no_change", "build_one_file"):
+    for name in ("build_full", "build_no_change", "build_one_file") if "build_full" in raw else ():
         steps = raw[name][0]["result"]["steps"]
         ingest, rest = _model_seconds(steps)
         summary[f"{name}_steps"] = {"ingest": ingest, "models_and_exports": rest,
@@ -445,7 +461,7 @@ def check_targets(results: dict[str, dict]) -> list[dict]:
             add(label, "plain DuckDB / ingest", summary["duckdb_vs_ingest"], f">= {TARGET_DUCKDB_VS_INGEST}",
                 summary["duckdb_vs_ingest"] >= TARGET_DUCKDB_VS_INGEST, "x")
         if scale is None or scale >= 100:
-            peak = max(summary["peak_tree_rss_bytes"]["ingest_full"], summary["peak_tree_rss_bytes"]["build_full"])
+            peak = max(summary["peak_tree_rss_bytes"].get(name, 0) for name in ("ingest_full", "build_full"))
             add(label, "peak memory (ingest and whole build, process tree)", peak / 2**20, "< 1024",
                 peak < TARGET_PEAK_BYTES, "MiB")
             add(label, "one new epoch file / full ingest", 100 * summary["one_file_share"],
@@ -459,6 +475,8 @@ def check_targets(results: dict[str, dict]) -> list[dict]:
         bar = f"< {TARGET_NOCHANGE_GROWTH}" if (lo, hi) == (1, 100) else f"< {TARGET_NOCHANGE_GROWTH} (bar is 1x -> 100x)"
         for name, what in (("build_no_change", "whole build"), ("ingest_no_change", "ingest")):
             key = "process_seconds" if name.startswith("build") else "seconds"
+            if name not in small[key] or name not in large[key]:
+                continue
             growth = large[key][name] / small[key][name]
             add(span, f"no-change rebuild time growth ({what})", growth, bar, growth < TARGET_NOCHANGE_GROWTH, "x")
     return checks
@@ -497,7 +515,8 @@ def _fmt_mib(value: float | None) -> str:
 
 
 def format_table(label: str, summary: dict) -> str:
-    s, wall, tree, big = (summary[k] for k in ("seconds", "process_seconds", "peak_tree_rss_bytes", "peak_rss_bytes"))
+    s, wall, tree, big, cpu = (summary[k] for k in ("seconds", "process_seconds", "peak_tree_rss_bytes", "peak_rss_bytes",
+                                                    "cpu_seconds"))
     ingest = s["ingest_full"]
     rows = [
         ("decode-only lower bound (orjson)", s["decode_lower_bound"], wall["decode_lower_bound"],
@@ -520,6 +539,8 @@ def format_table(label: str, summary: dict) -> str:
                      f"{summary['pandas_vs_ingest']:.2f}x = this / ingest", "pandas"))
     for name, what in (("build_full", "whole build, fresh"), ("build_no_change", "whole build, no change"),
                        ("build_one_file", "whole build, one new file")):
+        if name not in s:
+            continue
         steps = summary[f"{name}_steps"]
         note = (f"ingest {steps['ingest']:.2f} s, models+exports {steps['models_and_exports']:.2f} s, "
                 f"outside steps {steps['outside_steps']:.2f} s")
@@ -529,10 +550,14 @@ def format_table(label: str, summary: dict) -> str:
     header = (f"\n{label}: {summary['runs']} runs, {summary['files']:,} epoch files, {summary['bytes'] / 1e6:,.0f} MB "
               f"of JSON, {summary['trajectories']:,} trajectories; {summary['stdlib_fallbacks']} file(s) need the "
               f"stdlib parser (NaN/Infinity)")
-    lines = [header, f"  {'figure':<38} {'work':>9} {'process':>9} {'peak proc':>10} {'peak tree':>10}  note"]
+    lines = [header, f"  {'figure':<38} {'work':>9} {'process':>9} {'cpu':>9} {'peak proc':>10} {'peak tree':>10}  note"]
     for what, work, process, note, name in rows:
-        lines.append(f"  {what:<38} {_fmt_s(work):>9} {_fmt_s(process):>9} {_fmt_mib(big[name]):>10} "
-                     f"{_fmt_mib(tree[name]):>10}  {note}")
+        lines.append(f"  {what:<38} {_fmt_s(work):>9} {_fmt_s(process):>9} {_fmt_s(cpu.get(name)):>9} "
+                     f"{_fmt_mib(big[name]):>10} {_fmt_mib(tree[name]):>10}  {note}")
+    lines.append(f"  (work: the step as timed inside its process; process: its wall time, start-up included; cpu: user+sys "
+                 f"of the process and its pool; ingest / lower bound on cpu: "
+                 f"{cpu['ingest_full'] / cpu['decode_lower_bound']:.2f}x, DuckDB / ingest on cpu: "
+                 f"{cpu['duckdb'] / cpu['ingest_full']:.2f}x)")
     return "\n".join(lines)
 
 
@@ -547,6 +572,7 @@ def format_checks(checks: list[dict]) -> str:
 
 def run_bench(scales: list[int], releases: list[str], workdir: str | None, workers: int, repeat: int,
               json_path: str | None, keep: bool, with_pandas: bool = True, with_serial: bool = True,
+              with_build: bool = True,
               say=print) -> dict:
     """Runs every figure for each scale (generated sample releases) or for the given releases; prints the tables."""
     from pipelines.release.sample import write_sample
@@ -581,7 +607,7 @@ def run_bench(scales: list[int], releases: list[str], workdir: str | None, worke
                     _mirror(Path(release).absolute(), target)
                     folders.append(str(target))
                 say(f"[{label}] linked {len(folders)} release folder(s) in {time.perf_counter() - started:.1f} s")
-            raw = bench_release(label, folders, work, workers, repeat, with_pandas, with_serial, say)
+            raw = bench_release(label, folders, work, workers, repeat, with_pandas, with_serial, say, with_build)
             summary = summarize(raw)
             report["results"][label] = {"scale": scale, "releases": given or folders, "raw": raw, "summary": summary}
             say(format_table(label, summary))

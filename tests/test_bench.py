@@ -1,0 +1,91 @@
+"""The benchmark harness on a tiny release: every figure is measured and reported; the user's release is left alone."""
+
+import json
+from pathlib import Path
+
+from conftest import epoch_document, write_epoch_file
+
+from pipelines.bench import add_epoch_file, check_targets, format_table, run_bench
+
+
+def tiny_release(root: Path) -> Path:
+    """Two runs, one per layout: 3 + 2 documents of 4 trajectories, and a side file the ingest only inventories."""
+    release = root / "release"
+    for epoch in range(3):
+        write_epoch_file(release / "run_file", epoch)
+    for epoch in range(2):
+        write_epoch_file(release / "run_folder", epoch, layout="folder")
+    (release / "run_folder" / "epoch_000" / "config.json").write_text("{}")
+    return release
+
+
+def test_add_epoch_file_continues_each_layout(tmp_path):
+    release = tiny_release(tmp_path)
+    added_file = add_epoch_file([str(release)], 1)  # runs sorted by id: run_file, run_folder
+    added_folder = add_epoch_file([str(release)], 2)
+    assert added_file == release / "run_folder" / "epoch_002" / "results.json"
+    assert added_folder == release / "run_file" / "epoch_003_results.json"
+    assert json.loads(added_file.read_text()) == {**epoch_document(1), "epoch": 2}
+    assert json.loads(added_folder.read_text()) == {**epoch_document(2), "epoch": 3}
+
+
+def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
+    release = tiny_release(tmp_path)
+    before = sorted(p.relative_to(release) for p in release.rglob("*"))
+    lines: list[str] = []
+    report = run_bench([], [str(release)], str(tmp_path / "work"), workers=1, repeat=1,
+                       json_path=str(tmp_path / "bench.json"), keep=False, with_build=False, say=lines.append)
+
+    assert sorted(p.relative_to(release) for p in release.rglob("*")) == before
+    summary = report["results"]["release"]["summary"]
+    assert (summary["runs"], summary["files"], summary["trajectories"]) == (2, 5, 20)
+    assert summary["no_change_files_parsed"] == 0
+    assert summary["one_file_files_parsed"] == 1
+    raw = report["results"]["release"]["raw"]
+    assert raw["duckdb"][0]["result"]["trajectories"] == 20  # measured before the one-file figure adds a file
+    assert raw["pandas"][0]["result"]["trajectories"] == 20
+    assert raw["ingest_one_file"][0]["result"]["trajectories"] == 24  # the copied document adds its 4
+    for name in ("decode_lower_bound", "ingest_1_worker", "ingest_full", "ingest_no_change", "ingest_one_file",
+                 "duckdb", "pandas"):
+        measurement = raw[name][0]
+        assert measurement["wall_seconds"] > 0 and measurement["peak_rss_bytes"] > 0, name
+    text = "\n".join(lines)
+    for figure in ("decode-only lower bound", "ingest, full", "1 worker", "no change", "one new epoch file",
+                   "plain DuckDB", "pandas", "targets (issue 7)"):
+        assert figure in text, figure
+    assert json.loads((tmp_path / "bench.json").read_text())["machine"]["nproc"] >= 1
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
+
+
+def test_targets_are_judged_against_the_issue_bars():
+    def summary(ingest, decode, duckdb, one_file, peak, no_change_build):
+        return {
+            "ingest_vs_decode": ingest / decode, "duckdb_vs_ingest": duckdb / ingest, "one_file_share": one_file / ingest,
+            "no_change_files_parsed": 0,
+            "peak_tree_rss_bytes": {"ingest_full": peak, "build_full": peak},
+            "seconds": {"ingest_no_change": 1.0}, "process_seconds": {"build_no_change": no_change_build},
+        }
+
+    results = {
+        "scale 1x": {"scale": 1, "summary": summary(1.0, 0.5, 4.0, 0.5, 100 * 2**20, 6.0)},
+        "scale 100x": {"scale": 100, "summary": summary(90.0, 60.0, 150.0, 5.0, 2**30, 9.5)},
+    }
+    verdicts = {(c["scale"], c["target"]): c["holds"] for c in check_targets(results)}
+    assert verdicts[("scale 100x", "ingest / decode-only lower bound")] is True  # 1.5x
+    assert verdicts[("scale 100x", "plain DuckDB / ingest")] is False  # 1.67x, bar 2x
+    assert verdicts[("scale 100x", "peak memory (ingest and whole build, process tree)")] is False  # exactly 1 GiB
+    assert verdicts[("scale 100x", "one new epoch file / full ingest")] is False  # 5.6%
+    assert verdicts[("1x -> 100x", "no-change rebuild time growth (whole build)")] is False  # 9.5 / 6 = 1.58x
+    assert ("scale 1x", "ingest / decode-only lower bound") not in verdicts  # the ratio targets start at 10x
+
+
+def test_format_table_names_each_row():
+    figures = ("decode_lower_bound", "ingest_full", "ingest_no_change", "ingest_one_file", "duckdb")
+    per_figure = {name: 1.0 for name in figures}
+    text = format_table("release", {
+        "seconds": per_figure, "process_seconds": per_figure, "cpu_seconds": per_figure,
+        "peak_tree_rss_bytes": per_figure, "peak_rss_bytes": per_figure, "runs": 1, "files": 2, "bytes": 3,
+        "trajectories": 4, "stdlib_fallbacks": 0, "no_change_files_parsed": 0, "duckdb_vs_ingest": 1.0,
+        "one_file_share": 1.0,
+    })
+    assert "plain DuckDB" in text and "whole build" not in text
