@@ -150,10 +150,13 @@ def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     except OSError as exc:
         raise DecodeError("unreadable", f"cannot open the file: {exc.strerror or exc}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             raise DecodeError("not_a_file", "not a regular file (a FIFO or a device behind a link?)")
         chunks, size = [], 0
-        while chunk := os.read(fd, max_file_bytes + 1 - size):
+        # Reads of about the file's size: os.read allocates the whole request, max_file_bytes per call otherwise.
+        block = max(status.st_size + 1, 1 << 16)
+        while chunk := os.read(fd, min(block, max_file_bytes + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
             if size > max_file_bytes:
