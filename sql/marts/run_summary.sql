@@ -72,7 +72,8 @@ windows as (
         avg(mean_reward) filter (where rank_from_last <= getvariable('final_window')) as final_reward,
         avg(mean_reward) filter (where rank_from_horizon <= getvariable('final_window')) as matched_reward,
         max(epoch) filter (where rank_from_horizon is not null) as matched_epoch,
-        min(epoch) filter (where reward_ema = peak_reward_ema) as peak_epoch
+        -- "reaching" the peak allows for rounding: the debiased EMA of a flat curve wobbles in the last bits
+        min(epoch) filter (where reward_ema >= peak_reward_ema - 1e-12 * greatest(1, abs(peak_reward_ema))) as peak_epoch
     from ranked
     group by run_id
 ),

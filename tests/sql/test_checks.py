@@ -99,7 +99,7 @@ def test_unnormalised_groups_are_listed_with_the_reason():
     assert "non-finite advantage" in found["g", 3, 1]
 
 
-def test_checks_read_the_build_database_and_only_duplicates_block(tmp_path):
+def test_model_checks_read_the_build_database_and_only_duplicates_block(tmp_path):
     build_db = tmp_path / ".build" / "build.duckdb"
     build_db.parent.mkdir()
     con = duckdb.connect(str(build_db))
@@ -107,11 +107,20 @@ def test_checks_read_the_build_database_and_only_duplicates_block(tmp_path):
     build_marts(con, {"bootstrap_reps": 10})
     con.close()
     warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
-    assert checks.no_duplicate_epochs(warehouse=warehouse).passed
-    gaps = checks.no_epoch_gaps(warehouse=warehouse)
+    [duplicates, kl] = checks.evaluate_checks("fact_epochs", warehouse)
+    assert (duplicates.check_name, duplicates.passed, kl.check_name, kl.passed) == (
+        "no_duplicate_epochs", True, "kl_sample_train_is_zero", True)
+    [gaps] = checks.evaluate_checks("run_summary", warehouse)
     assert not gaps.passed and gaps.severity == dg.AssetCheckSeverity.WARN
-    blocking = {spec.name for definition in (checks.no_duplicate_epochs, checks.kl_sample_train_is_zero,
-                                             checks.trajectory_arrays_consistent, checks.reported_mean_reward_matches,
-                                             checks.advantages_normalised, checks.no_epoch_gaps)
-                for spec in definition.check_specs if spec.blocking}
+    assert checks.evaluate_checks("snapshots", warehouse) == []
+    blocking = {spec.name for model in checks.MODEL_CHECKS for spec in checks.check_specs(model) if spec.blocking}
     assert blocking == {"no_duplicate_epochs"}
+
+
+def test_a_check_that_cannot_run_fails_instead_of_raising(tmp_path):
+    duckdb.connect(str(tmp_path / "empty.duckdb")).close()
+    (tmp_path / ".build").mkdir()
+    (tmp_path / "empty.duckdb").rename(tmp_path / ".build" / "build.duckdb")  # no tables at all
+    [result] = checks.evaluate_checks("group_metrics", WarehouseConfig(warehouse_dir=str(tmp_path)))
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR
+    assert "could not run" in result.description and "group_metrics" in result.description

@@ -5,7 +5,7 @@ import math
 import duckdb
 import pytest
 
-from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch, rows
+from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch, rows, warehouse_con  # noqa: F401
 
 
 def by_key(con, table: str, *key: str) -> dict:

@@ -6,6 +6,7 @@ import json
 
 import dagster as dg
 
+from pipelines.defs.models.checks import check_specs, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import SQL_DIR, SqlModel, load_models, run_model, set_parameters
 from pipelines.warehouse_db import (
@@ -67,13 +68,16 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
         code_version=hashlib.sha256(model.sql.encode()).hexdigest()[:12],
         pool=DUCKDB_POOL,
         metadata={"sql_file": str(model.path.relative_to(SQL_DIR.parent))},
+        check_specs=check_specs(model.name),
     )
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
         fingerprint, unchanged, metadata = refresh_model(model, warehouse)
         if unchanged:
             context.log.info(f"{model.name}: inputs unchanged, table kept")
         return dg.MaterializeResult(
-            metadata={**metadata, "grpo/rebuilt": not unchanged}, data_version=dg.DataVersion(fingerprint)
+            metadata={**metadata, "grpo/rebuilt": not unchanged},
+            data_version=dg.DataVersion(fingerprint),
+            check_results=evaluate_checks(model.name, warehouse),  # every build: a kept table is checked too
         )
 
     return _model

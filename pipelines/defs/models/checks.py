@@ -1,4 +1,7 @@
-"""Data checks on the SQL model tables, read from the build database right after each table is rebuilt.
+"""Data checks on the SQL model tables, evaluated in each model's own step, right after its table is built.
+
+They are AssetCheckSpecs of the model assets (pipelines/defs/models/assets.py adds them) rather than separate
+@asset_check ops, so they cost no extra step process under the multiprocess executor.
 
 Severity: WARN where the data is merely suspicious (the trainer's numbers look odd, epochs are missing), ERROR
 where a table is wrong. Only one check blocks: a duplicate (run, epoch) in fact_epochs would double-count every
@@ -8,6 +11,8 @@ is recorded in Dagster and leaves the build's exit status alone.
 """
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import dagster as dg
 import duckdb
@@ -146,45 +151,63 @@ def epoch_gaps(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     return _result(total, examples, dg.AssetCheckSeverity.WARN, "run(s) with missing epochs")
 
 
-@dg.asset_check(asset="fact_epochs", blocking=True, description="No two rows share a (run_id, epoch).")
-def no_duplicate_epochs(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
+@dataclass(frozen=True)
+class ModelCheck:
+    """One check of a model's table: its name, what it asserts, and the function that evaluates it."""
+
+    name: str
+    description: str
+    evaluate: Callable[[duckdb.DuckDBPyConnection, WarehouseConfig], dg.AssetCheckResult]
+    blocking: bool = False
+
+
+MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
+    "fact_epochs": (
+        ModelCheck("no_duplicate_epochs", "No two rows share a (run_id, epoch).",
+                   lambda con, _: duplicate_epochs(con), blocking=True),
+        ModelCheck("kl_sample_train_is_zero", "kl_sample_train is 0 in every epoch, as the trainer documents.",
+                   lambda con, _: nonzero_kl(con)),
+    ),
+    "fact_trajectories": (
+        ModelCheck("trajectory_arrays_consistent", "Every epoch has exactly n_trajectories trajectory rows, at "
+                   "positions 0..n−1.", lambda con, _: inconsistent_trajectory_arrays(con)),
+    ),
+    "epoch_metrics": (
+        ModelCheck("reported_mean_reward_matches", "The file's mean_reward matches the recomputed mean (tolerance).",
+                   lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance)),
+    ),
+    "group_metrics": (
+        ModelCheck("advantages_normalised", "Advantages are normalised within each GRPO group.",
+                   lambda con, _: unnormalised_groups(con)),
+    ),
+    "run_summary": (
+        ModelCheck("no_epoch_gaps", "No epochs are missing between a run's first and last loaded epoch.",
+                   lambda con, _: epoch_gaps(con)),
+    ),
+}
+
+
+def check_specs(model: str) -> list[dg.AssetCheckSpec]:
+    """The checks of a model's asset, for its definition."""
+    return [dg.AssetCheckSpec(check.name, asset=model, description=check.description, blocking=check.blocking)
+            for check in MODEL_CHECKS.get(model, ())]
+
+
+def evaluate_checks(model: str, warehouse: WarehouseConfig) -> list[dg.AssetCheckResult]:
+    """Evaluates a model's checks on the build database; a check that cannot run fails (ERROR) instead of raising."""
+    checks = MODEL_CHECKS.get(model, ())
+    if not checks:
+        return []
+    results = []
     with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return duplicate_epochs(con)
-
-
-@dg.asset_check(asset="fact_epochs", description="kl_sample_train is 0 in every epoch, as the trainer documents.")
-def kl_sample_train_is_zero(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return nonzero_kl(con)
-
-
-@dg.asset_check(
-    asset="fact_trajectories",
-    additional_deps=["fact_epochs"],
-    description="Every epoch has exactly n_trajectories trajectory rows, at positions 0..n−1.",
-)
-def trajectory_arrays_consistent(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return inconsistent_trajectory_arrays(con)
-
-
-@dg.asset_check(asset="epoch_metrics", description="The file's mean_reward matches the recomputed mean (tolerance).")
-def reported_mean_reward_matches(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return reported_mean_mismatch(con, warehouse.reward_tolerance)
-
-
-@dg.asset_check(asset="group_metrics", description="Advantages are normalised within each GRPO group.")
-def advantages_normalised(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return unnormalised_groups(con)
-
-
-@dg.asset_check(
-    asset="run_summary",
-    additional_deps=["epoch_metrics"],
-    description="No epochs are missing between a run's first and last loaded epoch.",
-)
-def no_epoch_gaps(warehouse: WarehouseConfig) -> dg.AssetCheckResult:
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return epoch_gaps(con)
+        for check in checks:
+            try:
+                result = check.evaluate(con, warehouse)
+            except duckdb.Error as exc:
+                result = dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
+                                             description=f"the check could not run: {exc}")
+            results.append(dg.AssetCheckResult(
+                asset_key=model, check_name=check.name, passed=result.passed, severity=result.severity,
+                description=result.description, metadata=result.metadata,
+            ))
+    return results
