@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import matplotlib
-
-matplotlib.use("Agg")  # no display; also makes importing this module safe in worker processes
-
+import matplotlib.colors as mcolors
 import matplotlib.lines as mlines
 import matplotlib.patches as mpatches
 import numpy as np
@@ -47,8 +45,6 @@ def file_stem(ablation: str | None) -> str:
 
 
 def run_colours(run_ids: list[str]) -> dict[str, str]:
-    import matplotlib.colors as mcolors
-
     extra = [mcolors.to_hex(c) for c in matplotlib.colormaps["tab10"].colors]
     palette = PALETTE + [c for c in extra if c not in PALETTE]
     return {run: palette[i % len(palette)] for i, run in enumerate(run_ids)}
@@ -114,6 +110,7 @@ def ablation_figure(
     summary = summary.filter(pl.col("run_id").is_in(run_ids))
     horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})
 
+    # Drawn on an Agg canvas, never through pyplot: no display needed and no global figure state.
     fig = Figure(figsize=(14, 7.2), layout="constrained")
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(2, 2, width_ratios=[1.75, 1])

@@ -33,10 +33,3 @@ def table_files(frame: pl.DataFrame) -> dict[str, bytes]:
     frame.write_parquet(parquet)
     return {"csv": frame.write_csv().encode(), "parquet": parquet.getvalue()}
 
-
-def export_table(frame: pl.DataFrame, folder: Path, name: str) -> dict[Path, bool]:
-    """Writes `<folder>/<name>.csv` and `.parquet`; maps each path to whether it was (re)written."""
-    return {
-        Path(folder) / f"{name}.{ext}": write_if_changed(Path(folder) / f"{name}.{ext}", content)
-        for ext, content in table_files(frame).items()
-    }

@@ -9,8 +9,8 @@ import polars as pl
 
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports.figure import Smoothing, ablation_figure, figure_files, render
-from pipelines.exports.files import export_table, write_if_changed
-from pipelines.exports.report import ReportSettings, frame_table, render_headlines, render_report
+from pipelines.exports.files import table_files, write_if_changed
+from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
 from pipelines.warehouse_db import open_build_db
 
 GROUP = "exports"
@@ -67,8 +67,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     folder = exports_dir(warehouse) / FIGURES
     files: dict[str, bytes] = {}
     previews: list[str] = []
-    ablations = tables["runs"].group_by("ablation").len().sort(["len", "ablation"], descending=[True, False])
-    for ablation in ablations["ablation"]:
+    for ablation in ordered_ablations(tables["runs"]):
         fig = ablation_figure(ablation, tables["runs"], tables["epochs"], tables["summary"], smoothing,
                               final_window=warehouse.final_window)
         files.update(figure_files(ablation, fig))
@@ -101,13 +100,9 @@ def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig)
     frames = read_tables(warehouse, {name: f"select * from {name} order by {keys}"
                                      for name, keys in EXPORTED_TABLES.items()})
     folder = exports_dir(warehouse)
-    written: list[str] = []
-    for name, frame in frames.items():
-        written += [path.name for path, changed in export_table(frame, folder, name).items() if changed]
-    context.log.info(f"{2 * len(frames)} table file(s), {len(written)} rewritten")
-    digest = hashlib.sha256()
-    for name in sorted(frames):
-        digest.update(name.encode() + frames[name].hash_rows().to_numpy().tobytes())
+    files = {f"{name}.{ext}": content for name, frame in frames.items() for ext, content in table_files(frame).items()}
+    written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
+    context.log.info(f"{len(files)} table file(s), {len(written)} rewritten")
     summary = frames["run_summary"].select("run_id", "n_epochs", "final_reward", "matched_horizon", "matched_reward")
     return dg.MaterializeResult(
         metadata={
@@ -116,7 +111,7 @@ def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig)
             "run_summary": dg.MetadataValue.md(frame_table(summary)),
             "grpo/rewritten": len(written),
         },
-        data_version=dg.DataVersion(digest.hexdigest()[:16]),
+        data_version=content_version(files),
     )
 
 
