@@ -209,6 +209,7 @@ def test_cursor_round_trips_and_a_garbled_one_starts_afresh(tmp_path, write_epoc
     tick, state = parse_cursor(dump_cursor(7, changes.state))
     assert tick == 7 and state == changes.state
     assert parse_cursor("{not json") == (0, {})
+    assert parse_cursor("zlib:not base64 of zlib") == (0, {})
     assert parse_cursor(json.dumps({"format": 999})) == (0, {})
 
 
