@@ -72,6 +72,7 @@ draws as (
     select
         sizes.run_id,
         replicates.replicate,
+        draw.i as draw_index,
         -- the low 64 bits, in unsigned integer arithmetic (a 128-bit modulo goes through DOUBLE and loses them)
         (md5_number_lower(concat_ws(':', getvariable('bootstrap_seed'), sizes.run_id, replicates.replicate, draw.i))
             % sizes.n_values::ubigint)::bigint as position
@@ -84,7 +85,8 @@ resampled_means as (
     select
         draws.run_id,
         draws.replicate,
-        avg(window_values.mean_reward) as resampled_mean
+        -- ordered, so the summation order (and the last bits) cannot depend on threads
+        avg(window_values.mean_reward order by draws.draw_index) as resampled_mean
     from draws
     inner join window_values using (run_id, position)
     group by draws.run_id, draws.replicate

@@ -18,6 +18,7 @@ trajectories as (
     select
         run_id,
         epoch,
+        traj_index,
         reward,
         advantage
     from fact_trajectories
@@ -27,19 +28,22 @@ groups as (
     select
         run_id,
         epoch,
+        group_index,
         is_zero_std,
         n_finite_rewards
     from group_metrics
 ),
 
+-- `order by` in the aggregates fixes the summation order, so parallel execution cannot change the last bits
+-- and a rebuild gives identical numbers
 reward_stats as (
     select
         run_id,
         epoch,
-        avg(reward) filter (where isfinite(reward)) as mean_reward,
-        stddev_samp(reward) filter (where isfinite(reward)) as reward_std,
+        avg(reward order by traj_index) filter (where isfinite(reward)) as mean_reward,
+        stddev_samp(reward order by traj_index) filter (where isfinite(reward)) as reward_std,
         count(*) filter (where not coalesce(isfinite(reward), false)) as n_nonfinite_rewards,
-        avg(advantage) filter (where isfinite(advantage)) as mean_advantage
+        avg(advantage order by traj_index) filter (where isfinite(advantage)) as mean_advantage
     from trajectories
     group by run_id, epoch
 ),
@@ -50,7 +54,7 @@ group_stats as (
         epoch,
         count(*) as n_groups,
         -- only groups of 2+ finite rewards can have a spread at all
-        avg(case when is_zero_std then 1.0 else 0.0 end) filter (where n_finite_rewards >= 2) as frac_zero_std_groups
+        avg(case when is_zero_std then 1.0 else 0.0 end order by group_index) filter (where n_finite_rewards >= 2) as frac_zero_std_groups
     from groups
     group by run_id, epoch
 ),

@@ -10,11 +10,13 @@ with trajectories as (
         run_id,
         epoch,
         group_index,
+        traj_index,
         reward,
         advantage
     from fact_trajectories
 ),
 
+-- `order by` in the sums fixes their order, so parallel execution cannot change the last bits of a rebuild
 groups as (
     select
         run_id,
@@ -22,14 +24,14 @@ groups as (
         group_index,
         count(*) as n_trajectories,
         count(*) filter (where isfinite(reward)) as n_finite_rewards,
-        avg(reward) filter (where isfinite(reward)) as reward_mean,
-        stddev_samp(reward) filter (where isfinite(reward)) as reward_std,
+        avg(reward order by traj_index) filter (where isfinite(reward)) as reward_mean,
+        stddev_samp(reward order by traj_index) filter (where isfinite(reward)) as reward_std,
         min(reward) filter (where isfinite(reward)) as reward_min,
         max(reward) filter (where isfinite(reward)) as reward_max,
-        avg(advantage) filter (where isfinite(reward)) as advantage_mean,
+        avg(advantage order by traj_index) filter (where isfinite(reward)) as advantage_mean,
         max(abs(advantage)) filter (where isfinite(reward)) as advantage_max_abs,
         count(*) filter (where isfinite(reward) and not coalesce(isfinite(advantage), false)) as n_bad_advantages,
-        corr(reward, advantage) filter (where isfinite(reward) and isfinite(advantage)) as advantage_reward_corr
+        corr(reward, advantage order by traj_index) filter (where isfinite(reward) and isfinite(advantage)) as advantage_reward_corr
     from trajectories
     group by run_id, epoch, group_index
 ),

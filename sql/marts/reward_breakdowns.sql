@@ -7,6 +7,7 @@ with trajectories as (
     select
         run_id,
         epoch,
+        traj_index,
         reward,
         target_model,
         is_fp_control
@@ -26,6 +27,7 @@ normalised as (
     select
         run_id,
         epoch,
+        traj_index,
         reward,
         case
             when starts_with(target_model::varchar, '"')
@@ -37,11 +39,11 @@ normalised as (
 ),
 
 levels as (
-    select run_id, epoch, reward, 'target_model' as breakdown, target_model as level
+    select run_id, epoch, traj_index, reward, 'target_model' as breakdown, target_model as level
     from normalised
     where target_model is not null
     union all
-    select run_id, epoch, reward, 'is_fp_control' as breakdown, is_fp_control::varchar as level
+    select run_id, epoch, traj_index, reward, 'is_fp_control' as breakdown, is_fp_control::varchar as level
     from normalised
     where is_fp_control is not null
 ),
@@ -62,8 +64,9 @@ final as (
         level,
         count(distinct epoch) as n_epochs,
         count(*) as n_trajectories,
-        avg(reward) filter (where isfinite(reward)) as mean_reward,
-        stddev_samp(reward) filter (where isfinite(reward)) as reward_std
+        -- ordered sums: identical numbers on every rebuild, whatever the thread count
+        avg(reward order by epoch, traj_index) filter (where isfinite(reward)) as mean_reward,
+        stddev_samp(reward order by epoch, traj_index) filter (where isfinite(reward)) as reward_std
     from windowed
     group by run_id, window_start, breakdown, level
 )

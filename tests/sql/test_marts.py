@@ -120,8 +120,9 @@ def test_ablation_contrasts_by_hand(warehouse_con):
 
 
 def test_bootstrap_is_deterministic_and_seeded():
-    def contrasts(params=None):
+    def contrasts(params=None, threads=1):
         con = duckdb.connect()
+        con.execute(f"set threads = {threads}")
         create_staging(con, EPOCHS, RUNS)
         build_marts(con, {"bootstrap_reps": 500, **(params or {})})
         result = con.execute("select * from ablation_contrasts order by all").fetchall()
@@ -129,7 +130,7 @@ def test_bootstrap_is_deterministic_and_seeded():
         return result
 
     first = contrasts({"final_window": 3})
-    assert contrasts({"final_window": 3}) == first  # a rebuild, with fresh connections and threads
+    assert contrasts({"final_window": 3}, threads=4) == first  # a rebuild, on another number of threads
     other_seed = contrasts({"final_window": 3, "bootstrap_seed": 8})
     assert other_seed[0][3] == first[0][3]  # same delta
     assert other_seed[0][4:6] != first[0][4:6]  # different draws
