@@ -213,6 +213,22 @@ def print_summary(warehouse: Path, seconds: float) -> None:
     print('  try: grpo-warehouse sql "select * from run_summary"')
 
 
+def _portable(relation, nested_as_json: bool):
+    """The relation with DECIMAL columns as DOUBLE (JSON numbers), and list/struct/map columns as JSON text if asked
+    (CSV cannot hold them)."""
+    nested = ("[]", "STRUCT", "MAP", "UNION")
+    columns = []
+    for name, kind in zip(relation.columns, relation.types):
+        quoted = '"' + name.replace('"', '""') + '"'
+        if nested_as_json and any(marker in str(kind) for marker in nested):
+            columns.append(f"to_json({quoted}) as {quoted}")
+        elif str(kind).startswith("DECIMAL"):
+            columns.append(f"cast({quoted} as double) as {quoted}")
+        else:
+            columns.append(quoted)
+    return relation.project(", ".join(columns))
+
+
 def run_sql(args) -> int:
     import shutil
 
@@ -231,9 +247,9 @@ def run_sql(args) -> int:
             if relation is None:  # a statement with no result (SET, PRAGMA, ...)
                 return 0
             if args.format == "csv":
-                sys.stdout.write(relation.pl().write_csv())
+                sys.stdout.write(_portable(relation, nested_as_json=True).pl().write_csv())
             elif args.format == "json":
-                sys.stdout.write(relation.pl().write_json() + "\n")
+                sys.stdout.write(_portable(relation, nested_as_json=False).pl().write_json() + "\n")
             else:
                 width = shutil.get_terminal_size((200, 40)).columns
                 relation.show(max_width=width, max_rows=args.max_rows)

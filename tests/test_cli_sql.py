@@ -1,0 +1,42 @@
+"""`grpo-warehouse sql`: read-only queries against a published warehouse file, in three formats."""
+
+import csv
+import io
+import json
+
+import duckdb
+import pytest
+
+from pipelines.cli import main
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb")) as con:
+        con.execute("create table runs as select * from (values ('a', 1.5, [1, 2]), ('b', null, [])) t(run_id, x, ids)")
+    return tmp_path
+
+
+def test_csv_writes_nested_columns_as_json_text(warehouse, capsys):
+    assert main(["sql", "select * from runs order by run_id", "--warehouse", str(warehouse), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows == [{"run_id": "a", "x": "1.5", "ids": "[1,2]"}, {"run_id": "b", "x": "", "ids": "[]"}]
+
+
+def test_json_is_a_list_of_records(warehouse, capsys):
+    assert main(["sql", "select run_id, x from runs order by run_id", "--warehouse", str(warehouse), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"run_id": "a", "x": 1.5}, {"run_id": "b", "x": None}]
+
+
+def test_table_shows_columns_and_rows(warehouse, capsys):
+    assert main(["sql", "select run_id from runs order by run_id", "--warehouse", str(warehouse)]) == 0
+    out = capsys.readouterr().out
+    assert "run_id" in out and "│ a " in out and "│ b " in out
+
+
+def test_missing_warehouse_and_bad_sql_exit_2_with_one_line(tmp_path, warehouse, capsys):
+    assert main(["sql", "select 1", "--warehouse", str(tmp_path / "nowhere")]) == 2
+    assert "grpo-warehouse build" in capsys.readouterr().err
+    assert main(["sql", "select * from no_such_table", "--warehouse", str(warehouse)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no_such_table" in err and "\n" not in err
