@@ -162,7 +162,7 @@ def _build_locked(warehouse: Path) -> int:
         if new:
             instance.add_dynamic_partitions(RUN_PARTITIONS, new)
         keys = instance.get_dynamic_partitions(RUN_PARTITIONS)
-        run_config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+        run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
         if keys:
             result = job.execute_in_process(
                 instance=instance,

@@ -72,8 +72,8 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
     )
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
         fingerprint, unchanged, metadata = refresh_model(model, warehouse)
-        if unchanged:
-            context.log.info(f"{model.name}: inputs unchanged, table kept")
+        rows = metadata["dagster/row_count"]
+        context.log.info(f"{rows:,} rows" + (" (inputs unchanged, table kept)" if unchanged else " (rebuilt)"))
         return dg.MaterializeResult(
             metadata={**metadata, "grpo/rebuilt": not unchanged},
             data_version=dg.DataVersion(fingerprint),
