@@ -76,14 +76,14 @@ def test_a_build_killed_during_ingest_and_during_models_then_rerun(tmp_path, wri
 
     write_epochs(write_epoch, release, range(20, 120))
     # During ingest: the first of three runs is in the lake, the others are not yet.
-    build_and_kill(release, wh, "run_lake - [1/3]")
+    build_and_kill(release, wh, "[1/3] run_")
     assert snapshot(wh) == pytest.approx(old)  # readable, and still the last published build
     assert_manifests_match_the_lake(wh / "lake")
     # During the models: once the first rebuilt model has reached the build database (the build database,
     # or its WAL, changed), and long before the publication that follows the last model and the exports.
     build_db = wh / ".build" / "build.duckdb"
     before = build_db.stat().st_mtime_ns
-    build_and_kill(release, wh, "run_lake - [3/3]",
+    build_and_kill(release, wh, "[3/3] run_",
                    until=lambda: build_db.with_suffix(".duckdb.wal").exists() or build_db.stat().st_mtime_ns != before)
     assert snapshot(wh) in (pytest.approx(old), pytest.approx(new))  # one complete snapshot or the other
     assert_manifests_match_the_lake(wh / "lake")
