@@ -214,14 +214,14 @@ class DagsterUI:
         return state
 
     def run_logs(self, run_id: str) -> str:
-        """The error messages of a run, for failure reports."""
+        """The error-level events of a run, for failure reports."""
         data = self.graphql(
             """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
-                 __typename ... on MessageEvent { message } } } } }""",
+                 ... on MessageEvent { message level stepKey } } } } }""",
             id=run_id,
         )["logsForRun"]
-        return "\n".join(e["message"] for e in data.get("events", []) if "ERROR" in e["__typename"].upper()
-                         or "FAILURE" in e["__typename"].upper())
+        return "\n".join(f"{e.get('stepKey')}: {e['message']}" for e in data.get("events", [])
+                         if e.get("level") in ("ERROR", "CRITICAL"))
 
 
 def stop_process_group(process: subprocess.Popen, grace: float = 5.0) -> None:
