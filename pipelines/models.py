@@ -13,6 +13,7 @@ import duckdb
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LAKE_SCHEMA = "lake"
 _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
+_PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
 
 
 class ModelError(Exception):
@@ -39,7 +40,9 @@ def header_comment(sql: str) -> str:
     if not match:
         return ""
     lines = [line.strip().removeprefix("--").strip() for line in match.group(1).splitlines()]
-    return " ".join(line for line in lines if line).strip()
+    text = " ".join(line for line in lines if line).strip()
+    # The header is the asset's description in the UI: name a parameter, not the SQL that reads it.
+    return _PARAMETER_READ.sub(r"`\1`", text)
 
 
 def referenced_tables(sql: str) -> set[tuple[str, str]]:

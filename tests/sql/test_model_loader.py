@@ -3,7 +3,7 @@
 import duckdb
 import pytest
 
-from pipelines.models import ModelError, load_models, run_model
+from pipelines.models import ModelError, header_comment, load_models, run_model
 from pipelines.warehouse_db import LAKE_VIEWS
 
 MARTS = ["epoch_metrics", "group_metrics", "run_summary", "snapshots", "ablation_contrasts", "reward_breakdowns"]
@@ -40,3 +40,9 @@ def test_a_model_failing_at_run_time_names_its_file(tmp_path):
     run_model(con, models["base"])
     with pytest.raises(ModelError, match=r"uses_base\.sql.*missing_column"):
         run_model(con, models["uses_base"])
+
+
+def test_header_comment_is_the_description_with_parameters_named():
+    sql = "-- Mean over the last getvariable('final_window')\n-- loaded epochs.\n\nselect 1 -- not part of it\n"
+    assert header_comment(sql) == "Mean over the last `final_window` loaded epochs."
+    assert header_comment("select 1") == ""

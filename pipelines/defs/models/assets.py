@@ -88,7 +88,7 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
 
 @dg.asset(
     deps=[dg.AssetKey(name) for name in MODELS],
-    group_name="models",
+    group_name="exports",
     kinds={"duckdb"},
     pool=DUCKDB_POOL,
 )
