@@ -317,10 +317,13 @@ def _result(run_id, changed, parsed, outcomes: dict[str, _Outcome], lake: Path, 
             epochs: pl.DataFrame | None = None, trajectories: pl.DataFrame | None = None,
             rows: dict | None = None) -> RunIngestResult:
     rows = rows or {}
-    n_epochs = (epochs.height if epochs is not None
-                else rows.get("epochs", _count_rows(partition_file(lake, "epochs", run_id))))
-    n_traj = (trajectories.height if trajectories is not None
-              else rows.get("trajectories", _count_rows(partition_file(lake, "trajectories", run_id))))
+
+    def count(table: str, frame: pl.DataFrame | None) -> int:
+        if frame is not None:
+            return frame.height
+        return rows[table] if table in rows else _count_rows(partition_file(lake, table, run_id))
+
+    n_epochs, n_traj = count("epochs", epochs), count("trajectories", trajectories)
     quarantined = sum(o.status == "quarantined" for o in outcomes.values())
     return RunIngestResult(run_id, changed, parsed, quarantined, n_epochs, n_traj,
                            round(time.perf_counter() - started, 3))
