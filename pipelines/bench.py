@@ -109,31 +109,35 @@ def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
 
 
 def step_duckdb(releases: list[str], out: str, workers: int) -> dict:
-    """Plain DuckDB: read_json over the same files into a table, then unnest + COPY ... TO parquet for both grains."""
+    """Plain DuckDB: one read_json over the same files, lists unnested, streamed by COPY ... TO parquet.
+
+    One pass, one wide table (each epoch's scalars repeated on its trajectories): the cheapest plain form.
+    The list columns to unnest are found from one file per run; DuckDB types them over all the files.
+    """
     import duckdb
 
     started = time.perf_counter()
     runs, _ = _runs(releases)
-    files = [str(p) for run in runs for p in _epoch_paths(run)]
+    per_run = [_epoch_paths(run) for run in runs]
+    files = [str(p) for paths in per_run for p in paths]
+    sample = [str(paths[0]) for paths in per_run if paths]
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(config={"threads": workers or os.cpu_count() or 1,
+    threads = workers or os.cpu_count() or 1
+    # A memory limit (spilling to disk beyond it) so that the baseline cannot take a shared machine down.
+    con = duckdb.connect(config={"threads": threads, "memory_limit": "4GB",
                                  "temp_directory": str(out_dir / "duckdb_tmp")})
-    con.execute("create table docs as select * from read_json($files, union_by_name = true, filename = true)",
-                {"files": files})
-    columns = con.execute("select column_name, column_type from (describe docs)").fetchall()
-    lists = [name for name, kind in columns if kind.endswith("[]")]
-    scalars = [name for name, kind in columns if not kind.endswith("[]")]
+    columns = con.execute("select column_name, column_type from (describe select * from "
+                          "read_json($files, union_by_name = true))", {"files": sample}).fetchall()
     quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
-    con.execute(f"copy (select {', '.join(map(quote, scalars))} from docs) "
-                f"to '{out_dir / 'epochs.parquet'}' (format parquet)")
-    unnested = ", ".join(f"unnest({quote(c)}) as {quote(c)}" for c in lists)
-    con.execute(f"copy (select filename, epoch, {unnested} from docs) "
-                f"to '{out_dir / 'trajectories.parquet'}' (format parquet)")
-    rows = con.execute(f"select count(*) from '{out_dir / 'trajectories.parquet'}'").fetchone()[0]
+    selected = [f"unnest({quote(c)}) as {quote(c)}" if kind.endswith("[]") else quote(c) for c, kind in columns]
+    target = out_dir / "trajectories.parquet"
+    con.execute(f"copy (select filename, {', '.join(selected)} "
+                f"from read_json($files, union_by_name = true, filename = true)) to '{target}' (format parquet)",
+                {"files": files})
+    rows = con.execute(f"select count(*) from '{target}'").fetchone()[0]
     con.close()
-    return {"seconds": time.perf_counter() - started, "files": len(files), "trajectories": rows,
-            "threads": workers or os.cpu_count() or 1}
+    return {"seconds": time.perf_counter() - started, "files": len(files), "trajectories": rows, "threads": threads}
 
 
 def step_pandas(releases: list[str], out: str) -> dict:
@@ -461,9 +465,11 @@ def check_targets(results: dict[str, dict]) -> list[dict]:
             add(label, "plain DuckDB / ingest", summary["duckdb_vs_ingest"], f">= {TARGET_DUCKDB_VS_INGEST}",
                 summary["duckdb_vs_ingest"] >= TARGET_DUCKDB_VS_INGEST, "x")
         if scale is None or scale >= 100:
-            peak = max(summary["peak_tree_rss_bytes"].get(name, 0) for name in ("ingest_full", "build_full"))
-            add(label, "peak memory (ingest and whole build, process tree)", peak / 2**20, "< 1024",
-                peak < TARGET_PEAK_BYTES, "MiB")
+            for name, what in (("ingest_full", "ingest"), ("build_full", "whole build")):
+                if name in summary["peak_tree_rss_bytes"]:
+                    peak = summary["peak_tree_rss_bytes"][name]
+                    add(label, f"peak memory, {what} (process tree)", peak / 2**20, "< 1024",
+                        peak < TARGET_PEAK_BYTES, "MiB")
             add(label, "one new epoch file / full ingest", 100 * summary["one_file_share"],
                 f"< {100 * TARGET_ONE_FILE_SHARE:.0f}", summary["one_file_share"] < TARGET_ONE_FILE_SHARE, "%")
         add(label, "no-change rebuild parses nothing", summary["no_change_files_parsed"], "0",

@@ -73,7 +73,8 @@ def test_targets_are_judged_against_the_issue_bars():
     verdicts = {(c["scale"], c["target"]): c["holds"] for c in check_targets(results)}
     assert verdicts[("scale 100x", "ingest / decode-only lower bound")] is True  # 1.5x
     assert verdicts[("scale 100x", "plain DuckDB / ingest")] is False  # 1.67x, bar 2x
-    assert verdicts[("scale 100x", "peak memory (ingest and whole build, process tree)")] is False  # exactly 1 GiB
+    assert verdicts[("scale 100x", "peak memory, ingest (process tree)")] is False  # exactly 1 GiB
+    assert verdicts[("scale 100x", "peak memory, whole build (process tree)")] is False
     assert verdicts[("scale 100x", "one new epoch file / full ingest")] is False  # 5.6%
     assert verdicts[("1x -> 100x", "no-change rebuild time growth (whole build)")] is False  # 9.5 / 6 = 1.58x
     assert ("scale 1x", "ingest / decode-only lower bound") not in verdicts  # the ratio targets start at 10x
