@@ -3,9 +3,11 @@
 import dagster as dg
 import duckdb
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from pipelines.definitions import defs
+from pipelines.defs.exports import assets as export_assets
 from pipelines.defs.exports.assets import ablation_figures, report, table_exports
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.warehouse_db import build_dir
@@ -86,3 +88,72 @@ def test_export_assets_sit_downstream_of_the_models_they_read():
     assert parents["report"] >= {"run_summary", "ablation_contrasts", "snapshots", "dim_runs", "ablation_figures"}
     for key in parents:
         assert graph.get(dg.AssetKey(key)).group_name == "exports"
+
+
+def record_fingerprints(warehouse, fingerprints: dict[str, str]) -> None:
+    """What the model steps record for each table they build (refresh_model), by hand."""
+    with duckdb.connect(str(build_dir(warehouse) / "build.duckdb")) as con:
+        con.execute("create or replace table _model_state (model varchar primary key, fingerprint varchar,"
+                    " built_at timestamptz)")
+        con.executemany("insert into _model_state values (?, ?, now())", list(fingerprints.items()))
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """Counts the figures drawn, table files encoded and reports rendered from now on."""
+    counts = {"figures": 0, "tables": 0, "report": 0}
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(export_assets, "ablation_figure", counting("figures", export_assets.ablation_figure))
+    monkeypatch.setattr(export_assets, "table_files", counting("tables", export_assets.table_files))
+    monkeypatch.setattr(export_assets, "render_report", counting("report", export_assets.render_report))
+    return counts
+
+
+def test_exports_whose_input_fingerprints_are_unchanged_are_not_rendered_again(tmp_path, tables, renders):
+    built = build_tables(tables)
+    write_build_db(tmp_path, built)
+    record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})
+    first = materialize(tmp_path)
+    # two ablations, four exported tables, one report
+    assert renders == {"figures": 2, "tables": 4, "report": 1}
+    exports = tmp_path / "exports"
+    stamps = {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()}
+
+    second = materialize(tmp_path)
+    assert renders == {"figures": 2, "tables": 4, "report": 1}  # nothing rendered again
+    assert {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()} == stamps
+    assert rewritten(second) == {"ablation_figures": 0, "table_exports": 0, "report": False}
+    events = [{e.asset_key.to_user_string(): e.materialization for e in r.get_asset_materialization_events()}
+              for r in (first, second)]
+    for key, materialization in events[1].items():
+        assert materialization.tags["dagster/data_version"] == events[0][key].tags["dagster/data_version"]
+        assert materialization.metadata["grpo/unchanged"].value is True
+    assert events[1]["ablation_figures"].metadata["preview"] == events[0]["ablation_figures"].metadata["preview"]
+    assert events[1]["table_exports"].metadata["rows/run_summary"].value == 4
+
+    # a file the user deleted is written again, by its export only
+    (exports / "figures" / "other.svg").unlink()
+    materialize(tmp_path)
+    assert renders == {"figures": 4, "tables": 4, "report": 1}
+    assert (exports / "figures" / "other.svg").is_file()
+
+    # a rebuilt table renders the exports that read it, and only those
+    record_fingerprints(tmp_path, {**{name: f"fp-{name}" for name in built}, "snapshots": "fp-snapshots-2"})
+    materialize(tmp_path)
+    assert renders == {"figures": 4, "tables": 8, "report": 2}
+
+
+def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders):
+    built = build_tables(tables)
+    write_build_db(tmp_path, built)
+    record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})
+    materialize(tmp_path)
+    dg.materialize([ablation_figures], resources={"warehouse": WarehouseConfig(warehouse_dir=str(tmp_path),
+                                                                               ema_weight=0.5)})
+    assert renders["figures"] == 4

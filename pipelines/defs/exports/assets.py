@@ -1,16 +1,23 @@
 """The exports under <warehouse>/exports: ablation figures, CSV/Parquet copies of the result tables, report.md."""
 
 import base64
+import dataclasses
 import hashlib
+import sys
 from pathlib import Path
 
 import dagster as dg
+import duckdb
+import matplotlib
 import polars as pl
 
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.exports import figure as figure_module, files as files_module, report as report_module
+from pipelines.exports import state as state_module
 from pipelines.exports.figure import Smoothing, ablation_figure, figure_files, render
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
+from pipelines.exports.state import export_fingerprint, kept_entry, record
 from pipelines.warehouse_db import open_build_db
 
 GROUP = "exports"
@@ -29,17 +36,46 @@ from epoch_metrics as m
 left join fact_epochs as e using (run_id, epoch)
 order by m.run_id, m.epoch
 """
+# The model tables each export reads: their _model_state fingerprints key the export.
+FIGURE_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary")
+REPORT_INPUTS = ("dim_runs", "run_summary", "ablation_contrasts", "snapshots")
 PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the event log
+
+
+def _code_version() -> str:
+    """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
+    digest = hashlib.sha256(f"matplotlib {matplotlib.__version__} polars {pl.__version__}".encode())
+    for module in (figure_module, files_module, report_module, state_module, sys.modules[__name__]):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+CODE_VERSION = _code_version()
 
 
 def exports_dir(warehouse: WarehouseConfig) -> Path:
     return warehouse.warehouse / "exports"
 
 
-def read_tables(warehouse: WarehouseConfig, queries: dict[str, str]) -> dict[str, pl.DataFrame]:
-    """Runs each query on the build database and returns polars frames; the lock is released before returning."""
+def model_fingerprints(con: duckdb.DuckDBPyConnection, tables) -> dict[str, str | None]:
+    """The recorded fingerprint of each model table (None if it has none, e.g. a database not built by the models)."""
+    try:
+        known = dict(con.execute("select model, fingerprint from _model_state").fetchall())
+    except duckdb.Error:
+        known = {}
+    return {table: known.get(table) for table in sorted(tables)}
+
+
+def read_tables(warehouse: WarehouseConfig, queries: dict[str, str],
+                inputs=()) -> tuple[dict[str, pl.DataFrame], dict[str, str | None]]:
+    """Runs each query on the build database (polars frames), with the fingerprints of the inputs, read together."""
     with open_build_db(warehouse.warehouse, read_only=True) as con:
-        return {name: con.sql(query).pl() for name, query in queries.items()}
+        return {name: con.sql(query).pl() for name, query in queries.items()}, model_fingerprints(con, inputs)
+
+
+def inputs_fingerprint(warehouse: WarehouseConfig, inputs, params: dict) -> str | None:
+    with open_build_db(warehouse.warehouse, read_only=True) as con:
+        return export_fingerprint(model_fingerprints(con, inputs), params, CODE_VERSION)
 
 
 def content_version(files: dict[str, bytes]) -> dg.DataVersion:
@@ -53,18 +89,40 @@ def report_settings(warehouse: WarehouseConfig) -> ReportSettings:
     return ReportSettings(final_window=warehouse.final_window, ci_level=warehouse.ci_level, figures_folder=FIGURES)
 
 
+def kept_result(context: dg.AssetExecutionContext, entry: dict, metadata: dict) -> dg.MaterializeResult:
+    """The result of an export whose inputs are unchanged since it was written: its last metadata, nothing redone."""
+    context.log.info(f"inputs unchanged; {len(entry['files'])} file(s) kept")
+    return dg.MaterializeResult(metadata={**metadata, "grpo/unchanged": True},
+                                data_version=dg.DataVersion(entry["data_version"]))
+
+
+def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: int) -> dict:
+    return {
+        "preview": dg.MetadataValue.md(previews),
+        "folder": dg.MetadataValue.path(str(folder)),
+        "files": dg.MetadataValue.json(sorted(files)),
+        "grpo/rewritten": rewritten,
+    }
+
+
 @dg.asset(
-    deps=[dg.AssetKey(name) for name in ("epoch_metrics", "run_summary", "dim_runs", "fact_epochs")],
+    deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
     kinds={"matplotlib", "png", "svg"},
 )
 def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """One figure per ablation (PNG and SVG): reward curves, zero-variance groups and entropy of its runs."""
-    tables = read_tables(warehouse, {"runs": RUNS_SQL, "epochs": EPOCHS_SQL,
-                                     "summary": "select * from run_summary order by run_id"})
     smoothing = Smoothing(ema_weight=warehouse.ema_weight, window=warehouse.rolling_window,
                           band_level=warehouse.ci_level)
-    folder = exports_dir(warehouse) / FIGURES
+    params = {"smoothing": dataclasses.asdict(smoothing), "final_window": warehouse.final_window, "previews": PREVIEWS_SHOWN}
+    exports, folder = exports_dir(warehouse), exports_dir(warehouse) / FIGURES
+    entry = kept_entry(exports, ablation_figures.key.to_user_string(),
+                       inputs_fingerprint(warehouse, FIGURE_INPUTS, params))
+    if entry:
+        meta = entry["metadata"]
+        return kept_result(context, entry, figures_metadata(folder, meta["files"], meta["preview"], 0))
+    tables, inputs = read_tables(warehouse, {"runs": RUNS_SQL, "epochs": EPOCHS_SQL,
+                                             "summary": "select * from run_summary order by run_id"}, FIGURE_INPUTS)
     files: dict[str, bytes] = {}
     previews: list[str] = []
     for ablation in ordered_ablations(tables["runs"]):
@@ -79,15 +137,21 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     for path in stale:
         path.unlink()
     context.log.info(f"{len(files)} figure file(s), {len(written)} rewritten, {len(stale)} stale removed")
-    return dg.MaterializeResult(
-        metadata={
-            "preview": dg.MetadataValue.md("\n\n".join(previews) or "no ablations"),
-            "folder": dg.MetadataValue.path(str(folder)),
-            "files": dg.MetadataValue.json(sorted(files)),
-            "grpo/rewritten": len(written),
-        },
-        data_version=content_version(files),
-    )
+    preview = "\n\n".join(previews) or "no ablations"
+    version = content_version(files)
+    record(exports, ablation_figures.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
+           [f"{FIGURES}/{name}" for name in files], version.value, {"files": sorted(files), "preview": preview})
+    return dg.MaterializeResult(metadata=figures_metadata(folder, list(files), preview, len(written)),
+                                data_version=version)
+
+
+def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rewritten: int) -> dict:
+    return {
+        "folder": dg.MetadataValue.path(str(folder)),
+        **{f"rows/{name}": n for name, n in rows.items()},
+        "run_summary": dg.MetadataValue.md(summary),
+        "grpo/rewritten": rewritten,
+    }
 
 
 @dg.asset(
@@ -97,51 +161,62 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
 )
 def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """CSV and Parquet copies of run_summary, ablation_contrasts, snapshots and epoch_metrics."""
-    frames = read_tables(warehouse, {name: f"select * from {name} order by {keys}"
-                                     for name, keys in EXPORTED_TABLES.items()})
+    params = {"tables": EXPORTED_TABLES}
     folder = exports_dir(warehouse)
+    entry = kept_entry(folder, table_exports.key.to_user_string(),
+                       inputs_fingerprint(warehouse, EXPORTED_TABLES, params))
+    if entry:
+        meta = entry["metadata"]
+        return kept_result(context, entry, table_exports_metadata(folder, meta["rows"], meta["run_summary"], 0))
+    frames, inputs = read_tables(warehouse, {name: f"select * from {name} order by {keys}"
+                                             for name, keys in EXPORTED_TABLES.items()}, EXPORTED_TABLES)
     files = {f"{name}.{ext}": content for name, frame in frames.items() for ext, content in table_files(frame).items()}
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten")
-    summary = frames["run_summary"].select("run_id", "n_epochs", "final_reward", "matched_horizon", "matched_reward")
-    return dg.MaterializeResult(
-        metadata={
-            "folder": dg.MetadataValue.path(str(folder)),
-            **{f"rows/{name}": frame.height for name, frame in frames.items()},
-            "run_summary": dg.MetadataValue.md(frame_table(summary)),
-            "grpo/rewritten": len(written),
-        },
-        data_version=content_version(files),
-    )
+    summary = frame_table(
+        frames["run_summary"].select("run_id", "n_epochs", "final_reward", "matched_horizon", "matched_reward"))
+    rows = {name: frame.height for name, frame in frames.items()}
+    version = content_version(files)
+    record(folder, table_exports.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
+           list(files), version.value, {"rows": rows, "run_summary": summary})
+    return dg.MaterializeResult(metadata=table_exports_metadata(folder, rows, summary, len(written)),
+                                data_version=version)
+
+
+def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
+    return {
+        "path": dg.MetadataValue.path(str(path)),
+        "headline": dg.MetadataValue.md(headline),
+        "grpo/rewritten": rewritten,
+    }
 
 
 @dg.asset(
-    deps=[dg.AssetKey(name) for name in ("dim_runs", "run_summary", "ablation_contrasts", "snapshots")]
-    + [ablation_figures.key],
+    deps=[dg.AssetKey(name) for name in REPORT_INPUTS] + [ablation_figures.key],
     group_name=GROUP,
     kinds={"markdown"},
 )
 def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """report.md: per ablation, the winner at the compute-matched horizon, runs, contrasts, snapshots to call."""
-    tables = read_tables(warehouse, {
+    settings = report_settings(warehouse)
+    params = {"settings": dataclasses.asdict(settings)}
+    folder = exports_dir(warehouse)
+    path = folder / "report.md"
+    entry = kept_entry(folder, report.key.to_user_string(), inputs_fingerprint(warehouse, REPORT_INPUTS, params))
+    if entry:
+        return kept_result(context, entry, report_metadata(path, entry["metadata"]["headline"], False))
+    tables, inputs = read_tables(warehouse, {
         "runs": RUNS_SQL,
         "summary": "select * from run_summary order by run_id",
         "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
         "snapshots": "select * from snapshots order by run_id, role",
-    })
-    settings = report_settings(warehouse)
+    }, REPORT_INPUTS)
     text = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings)
-    path = exports_dir(warehouse) / "report.md"
     content = text.encode()
     rewritten = write_if_changed(path, content)
     context.log.info(f"{path} {'written' if rewritten else 'unchanged'}")
-    return dg.MaterializeResult(
-        metadata={
-            "path": dg.MetadataValue.path(str(path)),
-            "headline": dg.MetadataValue.md(render_headlines(tables["runs"], tables["summary"], tables["contrasts"],
-                                                             settings)),
-            "grpo/rewritten": rewritten,
-        },
-        data_version=content_version({"report.md": content}),
-    )
-
+    headline = render_headlines(tables["runs"], tables["summary"], tables["contrasts"], settings)
+    version = content_version({"report.md": content})
+    record(folder, report.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
+           [path.name], version.value, {"headline": headline})
+    return dg.MaterializeResult(metadata=report_metadata(path, headline, rewritten), data_version=version)

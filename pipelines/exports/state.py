@@ -1,0 +1,69 @@
+"""What each export was last written from, so that an export whose inputs are unchanged is not rendered again.
+
+`<exports>/.fingerprints.json` maps an export's name to the fingerprint of what it read (the `_model_state`
+fingerprints of its tables, its parameters, its code), the files it wrote (with their sizes), its data version and
+its UI metadata. It is written atomically and after the files, so a crash between the two only costs a re-render.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from filelock import FileLock
+
+from pipelines.exports.files import write_if_changed
+
+STATE_NAME = ".fingerprints.json"
+
+
+def export_fingerprint(tables: dict[str, str | None], params: dict, code: str) -> str | None:
+    """The fingerprint of an export's inputs; None when a table has no recorded fingerprint (then always render)."""
+    if any(fingerprint is None for fingerprint in tables.values()):
+        return None
+    payload = json.dumps({"tables": tables, "params": params, "code": code}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _load(folder: Path) -> dict:
+    try:
+        state = json.loads((Path(folder) / STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: every export renders again, which is always safe
+    return state if isinstance(state, dict) else {}
+
+
+def kept_entry(folder: Path, name: str, fingerprint: str | None) -> dict | None:
+    """The recorded entry of an export if it was written from this fingerprint and all its files are still there."""
+    if fingerprint is None:
+        return None
+    entry = _load(folder).get(name)
+    if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint:
+        return None
+    for relative, size in entry.get("files", {}).items():
+        path = Path(folder) / relative
+        # a file the user deleted or replaced is written again
+        if not path.is_file() or path.stat().st_size != size:
+            return None
+    return entry
+
+
+def record(folder: Path, name: str, fingerprint: str | None, files: list[str], data_version: str,
+           metadata: dict) -> None:
+    """Records what an export was written from; call it after its files are in place."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    # the exports may run in parallel steps: read-modify-write of the shared file under a lock
+    with FileLock(folder / f"{STATE_NAME}.lock"):
+        state = _load(folder)
+        if fingerprint is None:
+            state.pop(name, None)
+        else:
+            state[name] = {
+                "fingerprint": fingerprint,
+                "files": {relative: (folder / relative).stat().st_size for relative in sorted(files)},
+                "data_version": data_version,
+                "metadata": metadata,
+            }
+        write_if_changed(folder / STATE_NAME, json.dumps(state, sort_keys=True, indent=1).encode())
