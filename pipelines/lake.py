@@ -127,15 +127,15 @@ def _real_path_inside(file: EpochFile) -> str:
     One realpath per file on the usual path; anything unusual (outside, broken, a loop) goes through
     resolve_inside itself, so its errors and messages are exactly resolve_inside's.
     """
-    root = str(file.path)[: -len(file.source_path) - 1]
+    root = file.file_path[: -len(file.source_path) - 1]
     real_root = _REAL_ROOTS.get(root)
     if real_root is None:
         real_root = _REAL_ROOTS[root] = os.path.realpath(root)
     try:
-        real = os.path.realpath(file.path, strict=True)
+        real = os.path.realpath(file.file_path, strict=True)
     except OSError:
         real = None
-    if real is not None and real.startswith(real_root + os.sep) and str(file.path).endswith(file.source_path):
+    if real is not None and real.startswith(real_root + os.sep) and file.file_path.endswith(file.source_path):
         return real
     return str(resolve_inside(file.path, _release_root(file)))
 

@@ -13,17 +13,21 @@ EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
 EPOCH_DIR_DOCUMENT = "results.json"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EpochFile:
     """One epoch document on disk, in either layout."""
 
     run_id: str
-    path: Path  # absolute path inside the release root
+    file_path: str  # absolute path inside the release root; a str, not a Path: a listing makes one per file
     source_path: str  # path relative to the release root, as shown to users
     epoch_in_name: int
     layout: str  # "file" (epoch_NNN_results.json) or "folder" (epoch_NNN/results.json)
     size: int
     mtime_ns: int
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file_path)
 
 
 @dataclass(frozen=True)
@@ -99,69 +103,85 @@ def list_run_folders(release_root: Path) -> tuple[list[RunFolder], list[SkippedE
     return runs, skipped
 
 
-def _stat(path: Path) -> os.stat_result:
-    return path.stat()
-
-
 def list_run(run: RunFolder) -> RunListing:
     """Every epoch document of one run folder, and the inventory of everything else in it."""
+    # A no-change build lists every file of every run, so this loop costs about one stat per file: plain
+    # strings rather than Path objects, os.scandir's entries (their type comes with the listing, their stat
+    # is one call), and a real-path check only for links. An entry that is not a link, in a folder whose real
+    # path is inside the root, cannot lead outside it: the run folder and any linked epoch folder are checked
+    # when met, and the root itself is the reference.
     root = run.release_root
+    run_id = run.run_id
     epoch_files: list[EpochFile] = []
     skipped: list[SkippedEntry] = []
+    prefix = _relative(run.path, root)  # source paths are this plus "/name", as Path.relative_to would give
 
-    def skip(path: Path, reason: str, error_kind: str | None = None) -> None:
-        skipped.append(SkippedEntry(run.run_id, _relative(path, root), reason, error_kind is not None, error_kind))
+    def skip(source_path: str, reason: str, error_kind: str | None = None) -> None:
+        skipped.append(SkippedEntry(run_id, source_path, reason, error_kind is not None, error_kind))
 
-    def add_epoch(path: Path, epoch: int, layout: str) -> None:
-        if path.is_symlink() and (problem := _link_problem(path, root)):
-            skip(path, problem, "outside_link")
-            return
+    def link_problem(entry: os.DirEntry) -> str | None:
+        return _link_problem(Path(entry.path), root) if entry.is_symlink() else None
+
+    def add_epoch(entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
         try:
-            st = _stat(path)
+            st = entry.stat()  # follows a link (already checked to stay inside the root), as Path.stat does
         except OSError as exc:
-            skip(path, f"cannot stat: {exc.strerror}", "unreadable")
+            skip(source_path, f"cannot stat: {exc.strerror}", "unreadable")
             return
-        epoch_files.append(
-            EpochFile(run.run_id, path, _relative(path, root), epoch, layout, st.st_size, st.st_mtime_ns)
-        )
+        epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns))
 
     try:
-        entries = sorted(os.scandir(run.path), key=lambda e: e.name)
+        with os.scandir(run.path) as listing:
+            entries = sorted(listing, key=_name)
     except OSError as exc:
-        skip(run.path, f"cannot list run folder: {exc.strerror}", "unreadable")
+        skip(prefix, f"cannot list run folder: {exc.strerror}", "unreadable")
         return RunListing(run, epoch_files, skipped)
 
     for entry in entries:
-        path = Path(entry.path)
-        if entry.name.startswith("."):
-            skip(path, "hidden entry")
+        name = entry.name
+        source_path = f"{prefix}/{name}"
+        if name.startswith("."):
+            skip(source_path, "hidden entry")
             continue
-        if entry.is_symlink() and (problem := _link_problem(path, root)):
-            skip(path, problem, "outside_link")
+        if problem := link_problem(entry):
+            skip(source_path, problem, "outside_link")
             continue
-        if (match := EPOCH_FILE_NAME.match(entry.name)) and entry.is_file():
-            add_epoch(path, int(match.group(1)), "file")
-        elif (match := EPOCH_DIR_NAME.match(entry.name)) and entry.is_dir():
-            document = path / EPOCH_DIR_DOCUMENT
+        if (match := EPOCH_FILE_NAME.match(name)) and entry.is_file():
+            add_epoch(entry, source_path, int(match.group(1)), "file")
+        elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
             try:
-                inner_entries = sorted(os.scandir(path), key=lambda e: e.name)
+                with os.scandir(entry.path) as listing:
+                    inner_entries = sorted(listing, key=_name)
             except OSError as exc:
-                skip(path, f"cannot list epoch folder: {exc.strerror}", "unreadable")
+                skip(source_path, f"cannot list epoch folder: {exc.strerror}", "unreadable")
                 continue
+            document = None
             for inner in inner_entries:
-                if inner.name != EPOCH_DIR_DOCUMENT:
-                    skip(Path(inner.path), f"beside {EPOCH_DIR_DOCUMENT} in an epoch folder; inventoried, not parsed")
-            if document.is_file() or (document.is_symlink() and not document.is_dir()):
-                add_epoch(document, int(match.group(1)), "folder")
+                if inner.name == EPOCH_DIR_DOCUMENT:
+                    document = inner
+                else:
+                    skip(f"{source_path}/{inner.name}",
+                         f"beside {EPOCH_DIR_DOCUMENT} in an epoch folder; inventoried, not parsed")
+            document_path = f"{source_path}/{EPOCH_DIR_DOCUMENT}"
+            # A regular file, or a link to anything but a folder (a broken link is reported as such).
+            if document is not None and (document.is_file() or (document.is_symlink() and not document.is_dir())):
+                if problem := link_problem(document):
+                    skip(document_path, problem, "outside_link")
+                else:
+                    add_epoch(document, document_path, int(match.group(1)), "folder")
             else:
-                skip(path, f"epoch folder without a {EPOCH_DIR_DOCUMENT} file", "missing_document")
-        elif entry.name.startswith("epoch_"):
+                skip(source_path, f"epoch folder without a {EPOCH_DIR_DOCUMENT} file", "missing_document")
+        elif name.startswith("epoch_"):
             # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
-            skip(path, "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
+            skip(source_path, "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
                  "stray_file")
         else:
-            skip(path, "not an epoch file")
+            skip(source_path, "not an epoch file")
     return RunListing(run, epoch_files, skipped)
+
+
+def _name(entry: os.DirEntry) -> str:
+    return entry.name
 
 
 def find_run_folders(release_roots: list[Path]) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:
