@@ -124,3 +124,45 @@ def test_a_check_that_cannot_run_fails_instead_of_raising(tmp_path):
     [result] = checks.evaluate_checks("group_metrics", WarehouseConfig(warehouse_dir=str(tmp_path)))
     assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR
     assert "could not run" in result.description and "group_metrics" in result.description
+
+
+def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp_path, monkeypatch):
+    build_db = tmp_path / ".build" / "build.duckdb"
+    build_db.parent.mkdir()
+    with duckdb.connect(str(build_db)) as con:
+        create_staging(con, EPOCHS, RUNS)  # run_a misses epoch 2: no_epoch_gaps fails
+        build_marts(con, {"bootstrap_reps": 10})
+        con.execute("create table _model_state (model varchar primary key, fingerprint varchar, built_at timestamptz)")
+        con.execute("insert into _model_state select table_name, 'fp-' || table_name, now() from duckdb_tables()"
+                    " where table_name <> '_model_state'")
+    executed = []
+    examples = checks._examples
+    monkeypatch.setattr(checks, "_examples", lambda con, sql, params=None: executed.append(sql) or examples(
+        con, sql, params))
+    warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
+
+    def evaluate_all() -> dict[str, dg.AssetCheckResult]:
+        return {r.check_name: r for model in checks.MODEL_CHECKS for r in checks.evaluate_checks(model, warehouse)}
+
+    def summary(results):
+        return {name: (r.passed, r.severity, r.description, {k: v.value for k, v in r.metadata.items()})
+                for name, r in results.items()}
+
+    first = evaluate_all()
+    assert len(executed) == 6  # one query per check
+    assert first["no_epoch_gaps"].metadata["examples"].value[0]["missing_ranges"] == ["2-2"]
+    executed.clear()
+    second = evaluate_all()
+    assert executed == []
+    assert summary(second) == summary(first)
+    assert second["no_epoch_gaps"].metadata["count"].value == 1 and not second["no_epoch_gaps"].passed
+
+    # fact_epochs rebuilt: its two checks and the trajectory check (which reads it) run again, nothing else
+    with duckdb.connect(str(build_db)) as con:
+        con.execute("update _model_state set fingerprint = 'fp-2' where model = 'fact_epochs'")
+    evaluate_all()
+    assert len(executed) == 3
+    executed.clear()
+    # a changed check parameter runs that check again
+    checks.evaluate_checks("epoch_metrics", WarehouseConfig(warehouse_dir=str(tmp_path), reward_tolerance=0.5))
+    assert len(executed) == 1

@@ -8,9 +8,16 @@ where a table is wrong. Only one check blocks: a duplicate (run, epoch) in fact_
 metric downstream, and staging deduplicates documents, so it can only come from a bug; the build then stops
 before publishing (exit non-zero, naming the check) rather than publish wrong numbers. Every other failing check
 is recorded in Dagster and leaves the build's exit status alone.
+
+A check's result is stored in the build database (`_check_state`), keyed by the `_model_state` fingerprints of the
+tables it reads, its parameters and this module's code: when none of them changed (the model's table was kept), the
+stored result is emitted again instead of running the check's SQL, so a no-change build costs no table scan.
 """
 
+import hashlib
+import json
 import math
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -158,31 +165,35 @@ class ModelCheck:
     name: str
     description: str
     evaluate: Callable[[duckdb.DuckDBPyConnection, WarehouseConfig], dg.AssetCheckResult]
+    reads: tuple[str, ...]  # the model tables its SQL reads: their fingerprints key its stored result
     blocking: bool = False
+    parameters: Callable[[WarehouseConfig], dict] = lambda _: {}
 
 
 MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
     "fact_epochs": (
         ModelCheck("no_duplicate_epochs", "No two rows share a (run_id, epoch).",
-                   lambda con, _: duplicate_epochs(con), blocking=True),
+                   lambda con, _: duplicate_epochs(con), ("fact_epochs",), blocking=True),
         ModelCheck("kl_sample_train_is_zero", "kl_sample_train is 0 in every epoch, as the trainer documents.",
-                   lambda con, _: nonzero_kl(con)),
+                   lambda con, _: nonzero_kl(con), ("fact_epochs",)),
     ),
     "fact_trajectories": (
         ModelCheck("trajectory_arrays_consistent", "Every epoch has exactly n_trajectories trajectory rows, at "
-                   "positions 0..n−1.", lambda con, _: inconsistent_trajectory_arrays(con)),
+                   "positions 0..n−1.", lambda con, _: inconsistent_trajectory_arrays(con),
+                   ("fact_epochs", "fact_trajectories")),
     ),
     "epoch_metrics": (
         ModelCheck("reported_mean_reward_matches", "The file's mean_reward matches the recomputed mean (tolerance).",
-                   lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance)),
+                   lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance), ("epoch_metrics",),
+                   parameters=lambda warehouse: {"reward_tolerance": warehouse.reward_tolerance}),
     ),
     "group_metrics": (
         ModelCheck("advantages_normalised", "Advantages are normalised within each GRPO group.",
-                   lambda con, _: unnormalised_groups(con)),
+                   lambda con, _: unnormalised_groups(con), ("group_metrics",)),
     ),
     "run_summary": (
         ModelCheck("no_epoch_gaps", "No epochs are missing between a run's first and last loaded epoch.",
-                   lambda con, _: epoch_gaps(con)),
+                   lambda con, _: epoch_gaps(con), ("epoch_metrics", "run_summary")),
     ),
 }
 
@@ -193,19 +204,73 @@ def check_specs(model: str) -> list[dg.AssetCheckSpec]:
             for check in MODEL_CHECKS.get(model, ())]
 
 
+CODE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+_METADATA_KINDS = {dg.IntMetadataValue: "int", dg.FloatMetadataValue: "float", dg.TextMetadataValue: "text",
+                   dg.BoolMetadataValue: "bool"}
+_METADATA_VALUES = {"int": dg.MetadataValue.int, "float": dg.MetadataValue.float, "text": dg.MetadataValue.text,
+                    "bool": dg.MetadataValue.bool, "json": dg.MetadataValue.json}
+
+
+def check_fingerprint(con: duckdb.DuckDBPyConnection, check: ModelCheck, warehouse: WarehouseConfig) -> str | None:
+    """What a check's result depends on; None when a table it reads has no recorded fingerprint (then always run)."""
+    try:
+        known = dict(con.execute("select model, fingerprint from _model_state").fetchall())
+    except duckdb.Error:
+        return None
+    tables = {table: known.get(table) for table in check.reads}
+    if any(fingerprint is None for fingerprint in tables.values()):
+        return None
+    payload = json.dumps({"check": check.name, "tables": tables, "params": check.parameters(warehouse),
+                          "code": CODE_VERSION}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def stored_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str) -> dg.AssetCheckResult | None:
+    row = con.execute("select passed, severity, description, metadata from _check_state"
+                      " where model = ? and check_name = ? and fingerprint = ?", [model, check, fingerprint]).fetchone()
+    if row is None:
+        return None
+    passed, severity, description, metadata = row
+    return dg.AssetCheckResult(
+        passed=passed, severity=dg.AssetCheckSeverity(severity), description=description,
+        metadata={key: _METADATA_VALUES[kind](value) for key, (kind, value) in json.loads(metadata).items()},
+    )
+
+
+def store_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str,
+                 result: dg.AssetCheckResult) -> None:
+    metadata = {key: (_METADATA_KINDS.get(type(value), "json"), getattr(value, "value", value))
+                for key, value in (result.metadata or {}).items()}
+    con.execute("insert or replace into _check_state values (?, ?, ?, ?, ?, ?, ?)",
+                [model, check, fingerprint, result.passed, result.severity.value, result.description,
+                 json.dumps(metadata)])
+
+
 def evaluate_checks(model: str, warehouse: WarehouseConfig) -> list[dg.AssetCheckResult]:
-    """Evaluates a model's checks on the build database; a check that cannot run fails (ERROR) instead of raising."""
+    """A model's check results: stored ones whose inputs are unchanged, the others evaluated on the build database.
+
+    A check that cannot run fails (ERROR) instead of raising, and is not stored, so the next build tries again.
+    """
     checks = MODEL_CHECKS.get(model, ())
     if not checks:
         return []
     results = []
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
+    with open_build_db(warehouse.warehouse) as con:
+        con.execute("create table if not exists _check_state (model varchar, check_name varchar, fingerprint varchar,"
+                    " passed boolean, severity varchar, description varchar, metadata varchar,"
+                    " primary key (model, check_name))")
         for check in checks:
-            try:
-                result = check.evaluate(con, warehouse)
-            except duckdb.Error as exc:
-                result = dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
-                                             description=f"the check could not run: {exc}")
+            fingerprint = check_fingerprint(con, check, warehouse)
+            result = stored_result(con, model, check.name, fingerprint) if fingerprint else None
+            if result is None:
+                try:
+                    result = check.evaluate(con, warehouse)
+                except duckdb.Error as exc:
+                    result = dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
+                                                 description=f"the check could not run: {exc}")
+                else:
+                    if fingerprint:
+                        store_result(con, model, check.name, fingerprint, result)
             results.append(dg.AssetCheckResult(
                 asset_key=model, check_name=check.name, passed=result.passed, severity=result.severity,
                 description=result.description, metadata=result.metadata,
