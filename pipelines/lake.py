@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import stat
@@ -92,10 +91,10 @@ class _Outcome:
 def _read_manifest(lake: Path, run_id: str) -> dict:
     path = manifest_file(lake, run_id)
     try:
-        manifest = json.loads(path.read_text())
+        manifest = orjson.loads(path.read_bytes())  # orjson wrote it; read every build, for every run
     except (OSError, ValueError):
         return {}
-    return manifest if manifest.get("format") == LAKE_FORMAT else {}
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == LAKE_FORMAT else {}
 
 
 def _read_partition(lake: Path, table: str, run_id: str) -> pl.DataFrame | None:
@@ -185,35 +184,50 @@ def _decode_file(file: EpochFile, max_file_bytes: int) -> EpochDoc:
     return doc
 
 
-def _worth_retrying(outcome: "_Outcome", file: EpochFile, max_file_bytes: int) -> bool:
+def _worth_retrying(outcome: dict, file: EpochFile, max_file_bytes: int) -> bool:
     """A quarantined file whose problem may have gone without its size or mtime changing (chmod, a new limit)."""
-    if outcome.status != "quarantined":
+    if outcome["status"] != "quarantined":
         return False
-    if outcome.reason == "unreadable":
-        return os.access(file.path, os.R_OK)
-    return outcome.reason == "file_too_large" and file.size <= max_file_bytes
+    if outcome["reason"] == "unreadable":
+        return os.access(file.file_path, os.R_OK)
+    return outcome["reason"] == "file_too_large" and file.size <= max_file_bytes
 
 
-def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunIngestResult:
-    """Brings one run's lake partitions up to date with its folder, parsing only new or changed files."""
+def _source_path(entry: SkippedEntry) -> str:
+    return entry.source_path
+
+
+def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
+               only_if_unchanged: bool = False) -> RunIngestResult | None:
+    """Brings one run's lake partitions up to date with its folder, parsing only new or changed files.
+
+    With only_if_unchanged, returns None instead of parsing when the run has something to parse.
+    """
     started = time.perf_counter()
     run_id = listing.run.run_id
     lake = Path(lake)
     (lake / ".locks").mkdir(parents=True, exist_ok=True)
     with FileLock(lake / ".locks" / f"{run_id}.lock"):
         previous = _read_manifest(lake, run_id)
-        known: dict[str, _Outcome] = {k: _Outcome(**v) for k, v in previous.get("files", {}).items()}
+        # The manifest's entries are compared as they were read: a no-change build does this for every file of
+        # every run, and builds no object per file.
+        files: dict[str, dict] = previous.get("files", {})
         current = {f.source_path: f for f in listing.epoch_files}
-        skipped = sorted((dict(vars(s)) for s in listing.skipped), key=lambda s: s["source_path"])
+        skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
         changed = [
             f for f in listing.epoch_files
-            if (o := known.get(f.source_path)) is None or (o.size, o.mtime_ns) != (f.size, f.mtime_ns)
+            if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
             or _worth_retrying(o, f, max_file_bytes)
         ]
-        removed = set(known) - set(current)
+        removed = files.keys() - current.keys()
         partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
         if not changed and not removed and previous.get("skipped") == skipped and partitions_present:
-            return _result(run_id, False, 0, known, lake, started, rows=previous.get("rows"))
+            quarantined = sum(o["status"] == "quarantined" for o in files.values())
+            return _result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
+        if only_if_unchanged:
+            return None
+        skipped = [dict(s) for s in skipped]
+        known = {k: _Outcome(**v) for k, v in files.items()}
 
         stale = {f.source_path for f in changed} | removed
         outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
@@ -283,7 +297,8 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int) -> RunInges
         }
         # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
         write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
-        return _result(run_id, True, len(changed), outcomes, lake, started, epochs, trajectories)
+        quarantined = sum(o.status == "quarantined" for o in outcomes.values())
+        return _result(run_id, True, len(changed), quarantined, lake, started, epochs, trajectories)
 
 
 def _error(run_id, source_path, epoch, kind, severity, message, action) -> dict:
@@ -313,7 +328,7 @@ def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _
     return pl.DataFrame(rows, schema=FILE_COLUMNS)
 
 
-def _result(run_id, changed, parsed, outcomes: dict[str, _Outcome], lake: Path, started: float,
+def _result(run_id, changed, parsed, quarantined: int, lake: Path, started: float,
             epochs: pl.DataFrame | None = None, trajectories: pl.DataFrame | None = None,
             rows: dict | None = None) -> RunIngestResult:
     rows = rows or {}
@@ -324,7 +339,6 @@ def _result(run_id, changed, parsed, outcomes: dict[str, _Outcome], lake: Path, 
         return rows[table] if table in rows else _count_rows(partition_file(lake, table, run_id))
 
     n_epochs, n_traj = count("epochs", epochs), count("trajectories", trajectories)
-    quarantined = sum(o.status == "quarantined" for o in outcomes.values())
     return RunIngestResult(run_id, changed, parsed, quarantined, n_epochs, n_traj,
                            round(time.perf_counter() - started, 3))
 
@@ -351,7 +365,13 @@ def ingest_runs(
     workers: int = 0,
     progress: Callable[[RunIngestResult, int, int], None] | None = None,
 ) -> list[RunIngestResult]:
-    """Ingests runs independently, in parallel processes when there are several; reports each as it finishes."""
+    """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
+
+    Each run folder is listed here, once, and a run with nothing to parse is settled here from its manifest: a
+    pool of spawned workers (each importing polars and the caller's main module) costs more than checking
+    hundreds of unchanged runs. Runs with something to parse go to the pool as they are found, or are
+    ingested here when there is only one (one new epoch file) or one worker.
+    """
     workers = min(workers or os.cpu_count() or 1, len(runs))
     results: list[RunIngestResult] = []
 
@@ -360,13 +380,31 @@ def ingest_runs(
         if progress:
             progress(result, len(results), len(runs))
 
-    if workers <= 1:
+    waiting: RunListing | None = None  # the first run to parse, held until a second shows that a pool pays
+    pool: ProcessPoolExecutor | None = None
+    futures = []
+    try:
         for run in runs:
-            done(ingest_run_folder(run, lake, max_file_bytes))
-    else:
-        # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not survive fork.
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(ingest_run_folder, run, lake, max_file_bytes) for run in runs]
-            for future in as_completed(futures):
-                done(future.result())
+            listing = list_run(run)
+            if workers <= 1:
+                done(ingest_run(listing, lake, max_file_bytes))
+            elif (result := ingest_run(listing, lake, max_file_bytes, only_if_unchanged=True)) is not None:
+                done(result)
+            elif waiting is None and pool is None:
+                waiting = listing
+            else:
+                if pool is None:
+                    # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not
+                    # survive fork.
+                    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+                    futures.append(pool.submit(ingest_run, waiting, lake, max_file_bytes))
+                    waiting = None
+                futures.append(pool.submit(ingest_run, listing, lake, max_file_bytes))
+        if waiting is not None:
+            done(ingest_run(waiting, lake, max_file_bytes))
+        for future in as_completed(futures):
+            done(future.result())
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return sorted(results, key=lambda r: r.run_id)
