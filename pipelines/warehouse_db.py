@@ -19,6 +19,9 @@ from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS
 from pipelines.release.registry import RUN_COLUMNS
 
 PUBLISHED_NAME = "warehouse.duckdb"
+# DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
+DEFAULT_MEMORY_LIMIT = "2GB"
+ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
 # Each lake view: the Parquet files it reads, and the columns it has when there are none yet.
 LAKE_VIEWS = {
     "epochs": ("epochs/*/data.parquet", EPOCH_COLUMNS),
@@ -81,8 +84,13 @@ def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
 
 
 @contextmanager
-def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600) -> Iterator[duckdb.DuckDBPyConnection]:
-    """The build database, held under a cross-process lock so that one writer at a time touches it."""
+def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600,
+                  memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The build database, held under a cross-process lock so that one writer at a time touches it.
+
+    DuckDB gets memory_limit (a DuckDB size such as "2GB"; default $GRPO_DUCKDB_MEMORY_LIMIT or DEFAULT_MEMORY_LIMIT)
+    and spills what does not fit to <warehouse>/.build/tmp.
+    """
     folder = build_dir(warehouse)
     folder.mkdir(parents=True, exist_ok=True)
     lock = FileLock(folder / "db.lock")
@@ -92,7 +100,11 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
         raise WarehouseBusy(f"the build database in {folder} stayed locked by another build for {timeout:.0f} s") from None
     try:
         path = folder / "build.duckdb"
-        con = duckdb.connect(str(path), read_only=read_only and path.exists())
+        config = {
+            "memory_limit": memory_limit or os.environ.get(ENV_MEMORY_LIMIT) or DEFAULT_MEMORY_LIMIT,
+            "temp_directory": str(folder / "tmp"),
+        }
+        con = duckdb.connect(str(path), read_only=read_only and path.exists(), config=config)
         try:
             if not read_only:
                 con.execute(

@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.release.sample import ensure_sample
+from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, ENV_MEMORY_LIMIT
 
 ENV_RELEASES = "GRPO_RELEASES"
 ENV_WAREHOUSE = "GRPO_WAREHOUSE_DIR"
@@ -28,6 +29,7 @@ class WarehouseConfig(dg.ConfigurableResource):
     sample_seed: int = 0
     sensor_interval_seconds: int = 30  # how often the release sensor looks for new or changed files
     settle_seconds: int = 60  # a file whose mtime is this old is complete, even if seen only once
+    duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT  # DuckDB's memory limit on the build database ("2GB", "512MB")
     # Metric parameters (CONTRACT.md), visible to the SQL as getvariable('<name>').
     ema_weight: float = 0.9
     rolling_window: int = 20
@@ -57,6 +59,8 @@ class WarehouseConfig(dg.ConfigurableResource):
             values["sensor_interval_seconds"] = int(os.environ[ENV_SENSOR_INTERVAL])
         if os.environ.get(ENV_SETTLE_SECONDS):
             values["settle_seconds"] = int(os.environ[ENV_SETTLE_SECONDS])
+        if os.environ.get(ENV_MEMORY_LIMIT):
+            values["duckdb_memory_limit"] = os.environ[ENV_MEMORY_LIMIT]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

@@ -69,12 +69,14 @@ def model_fingerprints(con: duckdb.DuckDBPyConnection, tables) -> dict[str, str 
 def read_tables(warehouse: WarehouseConfig, queries: dict[str, str],
                 inputs=()) -> tuple[dict[str, pl.DataFrame], dict[str, str | None]]:
     """Runs each query on the build database (polars frames), with the fingerprints of the inputs, read together."""
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
+    with open_build_db(warehouse.warehouse, read_only=True,
+                       memory_limit=warehouse.duckdb_memory_limit) as con:
         return {name: con.sql(query).pl() for name, query in queries.items()}, model_fingerprints(con, inputs)
 
 
 def inputs_fingerprint(warehouse: WarehouseConfig, inputs, params: dict) -> str | None:
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
+    with open_build_db(warehouse.warehouse, read_only=True,
+                       memory_limit=warehouse.duckdb_memory_limit) as con:
         return export_fingerprint(model_fingerprints(con, inputs), params, CODE_VERSION)
 
 

@@ -37,7 +37,7 @@ def table_metadata(con, table: str) -> dict:
 def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, bool, dict]:
     """Rebuilds the model's table unless its SQL, parameters and inputs are unchanged since the last build."""
     params = warehouse.metric_parameters()
-    with open_build_db(warehouse.warehouse) as con:
+    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit) as con:
         upstream = [model_fingerprint(con, dep) or "missing" for dep in model.model_deps]
         if model.lake_deps:
             upstream.append(lake_fingerprint(lake_dir(warehouse.warehouse), model.lake_deps))
@@ -94,7 +94,8 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
 )
 def warehouse_duckdb(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """The published warehouse.duckdb: every table, swapped in atomically for readers."""
-    with open_build_db(warehouse.warehouse, read_only=True) as con:
+    with open_build_db(warehouse.warehouse, read_only=True,
+                       memory_limit=warehouse.duckdb_memory_limit) as con:
         state = dict(con.execute("select model, fingerprint from _model_state order by model").fetchall())
     fingerprint = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
     target = published_path(warehouse.warehouse)

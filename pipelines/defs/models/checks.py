@@ -255,7 +255,7 @@ def evaluate_checks(model: str, warehouse: WarehouseConfig) -> list[dg.AssetChec
     if not checks:
         return []
     results = []
-    with open_build_db(warehouse.warehouse) as con:
+    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit) as con:
         con.execute("create table if not exists _check_state (model varchar, check_name varchar, fingerprint varchar,"
                     " passed boolean, severity varchar, description varchar, metadata varchar,"
                     " primary key (model, check_name))")
