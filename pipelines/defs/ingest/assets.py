@@ -91,15 +91,23 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         remove_run(lake, key)
 
     def progress(result, done: int, total: int) -> None:
-        state = f"{result.files_parsed} file(s) parsed" if result.changed else "unchanged"
-        context.log.info(
-            f"[{done}/{total}] {result.run_id}: {state}, {result.epochs} epochs, "
-            f"{result.files_quarantined} quarantined ({result.seconds:.2f} s)"
-        )
+        # Changed runs only: every log line is an event stored by Dagster (milliseconds each), and a build
+        # with nothing new would otherwise log every run; the unchanged ones are counted once below.
+        if result.changed:
+            context.log.info(
+                f"[{done}/{total}] {result.run_id}: {result.files_parsed} file(s) parsed, {result.epochs} epochs, "
+                f"{result.files_quarantined} quarantined ({result.seconds:.2f} s)"
+            )
 
     results = ingest_runs(
         [runs[key] for key in selected if key in runs], lake, warehouse.max_file_bytes, warehouse.workers, progress
     )
+    unchanged = [r for r in results if not r.changed]
+    if unchanged:
+        context.log.info(
+            f"{len(unchanged)} of {len(results)} run(s) unchanged, nothing parsed: "
+            f"{sum(r.epochs for r in unchanged)} epochs, {sum(r.files_quarantined for r in unchanged)} quarantined"
+        )
     totals = {
         "runs": len(results),
         "runs_changed": sum(r.changed for r in results),
