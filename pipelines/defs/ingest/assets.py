@@ -119,7 +119,8 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     rows = {"epochs": totals["epochs"], "trajectories": totals["trajectories"]}
     for name in RUN_TABLES:
         metadata = {f"grpo/{k}": v for k, v in totals.items()}
-        if name in rows:
+        # One materialization covers every selected partition; a row count is only a partition's own for one run.
+        if name in rows and len(results) == 1:
             metadata["dagster/row_count"] = rows[name]
         sample = next((partition_file(lake, name, r.run_id) for r in results
                        if partition_file(lake, name, r.run_id).exists()), None)
