@@ -51,9 +51,9 @@ def published_path(warehouse: Path) -> Path:
 
 
 def _empty_select(schema: dict) -> str:
-    frame = pl.DataFrame(schema=schema)
     con = duckdb.connect()
-    types = dict(zip(con.from_arrow(frame.to_arrow()).columns, con.from_arrow(frame.to_arrow()).types))
+    relation = con.from_arrow(pl.DataFrame(schema=schema).to_arrow())
+    types = dict(zip(relation.columns, relation.types))
     con.close()
     return "select " + ", ".join(f"cast(null as {t}) as {name}" for name, t in types.items()) + " limit 0"
 
