@@ -10,10 +10,6 @@ from pathlib import Path
 
 from pipelines.defs.resources import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
 
-RUN_PARTITIONS = "run_id"
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
-
 
 class CommandError(Exception):
     """A reason the command could not do its work, printed on one line."""
@@ -140,6 +136,7 @@ def _build_locked(warehouse: Path) -> int:
     import dagster as dg
 
     from pipelines.definitions import defs as load_defs
+    from pipelines.defs.ingest.partitions import all_runs_tags, run_partitions
     from pipelines.defs.resources import WarehouseConfig
     from pipelines.release.discover import find_run_folders
 
@@ -157,17 +154,17 @@ def _build_locked(warehouse: Path) -> int:
     job = definitions.resolve_job_def("refresh_warehouse")
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     with instance:
-        known = set(instance.get_dynamic_partitions(RUN_PARTITIONS))
+        known = set(instance.get_dynamic_partitions(run_partitions.name))
         new = sorted(set(runs) - known)
         if new:
-            instance.add_dynamic_partitions(RUN_PARTITIONS, new)
-        keys = instance.get_dynamic_partitions(RUN_PARTITIONS)
+            instance.add_dynamic_partitions(run_partitions.name, new)
+        keys = instance.get_dynamic_partitions(run_partitions.name)
         run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
         if keys:
             result = job.execute_in_process(
                 instance=instance,
                 run_config=run_config,
-                tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]},
+                tags=all_runs_tags(keys),
                 raise_on_error=False,
             )
         else:

@@ -2,12 +2,10 @@
 
 import dagster as dg
 
-from pipelines.defs.ingest.partitions import run_partitions
+from pipelines.defs.ingest.partitions import all_runs_tags, run_partitions
 from pipelines.defs import jobs
 
 NIGHTLY_CRON = "0 3 * * *"
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 @dg.schedule(
@@ -22,4 +20,4 @@ def nightly_refresh(context: dg.ScheduleEvaluationContext):
     if not keys:
         return dg.SkipReason("no run partitions yet: the release sensor adds one per run folder it finds")
     # One run over the whole partition range: run_lake ingests all runs in one step (BackfillPolicy.single_run).
-    return dg.RunRequest(tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]})
+    return dg.RunRequest(tags=all_runs_tags(keys))
