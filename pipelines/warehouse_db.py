@@ -123,6 +123,15 @@ def model_fingerprint(con: duckdb.DuckDBPyConnection, model: str) -> str | None:
     return row[0] if row else None
 
 
+def model_fingerprints(con: duckdb.DuckDBPyConnection, tables) -> dict[str, str | None]:
+    """The recorded fingerprint of each model table (None if it has none, e.g. a database not built by the models)."""
+    try:
+        known = dict(con.execute("select model, fingerprint from _model_state").fetchall())
+    except duckdb.Error:
+        known = {}
+    return {table: known.get(table) for table in sorted(tables)}
+
+
 def record_model(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str) -> None:
     con.execute("insert or replace into _model_state values (?, ?, now())", [model, fingerprint])
 

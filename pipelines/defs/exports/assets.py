@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-import duckdb
 import matplotlib
 import polars as pl
 
@@ -18,7 +17,7 @@ from pipelines.exports.figure import Smoothing, ablation_figure, figure_files, r
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
 from pipelines.exports.state import export_fingerprint, kept_entry, record
-from pipelines.warehouse_db import open_build_db
+from pipelines.warehouse_db import model_fingerprints, open_build_db
 
 GROUP = "exports"
 FIGURES = "figures"
@@ -55,15 +54,6 @@ CODE_VERSION = _code_version()
 
 def exports_dir(warehouse: WarehouseConfig) -> Path:
     return warehouse.warehouse / "exports"
-
-
-def model_fingerprints(con: duckdb.DuckDBPyConnection, tables) -> dict[str, str | None]:
-    """The recorded fingerprint of each model table (None if it has none, e.g. a database not built by the models)."""
-    try:
-        known = dict(con.execute("select model, fingerprint from _model_state").fetchall())
-    except duckdb.Error:
-        known = {}
-    return {table: known.get(table) for table in sorted(tables)}
 
 
 def read_tables(warehouse: WarehouseConfig, queries: dict[str, str],

@@ -25,7 +25,7 @@ import dagster as dg
 import duckdb
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.warehouse_db import open_build_db
+from pipelines.warehouse_db import model_fingerprints, open_build_db
 
 EXAMPLES = 50  # offending rows listed in a check's metadata
 
@@ -213,11 +213,7 @@ _METADATA_VALUES = {"int": dg.MetadataValue.int, "float": dg.MetadataValue.float
 
 def check_fingerprint(con: duckdb.DuckDBPyConnection, check: ModelCheck, warehouse: WarehouseConfig) -> str | None:
     """What a check's result depends on; None when a table it reads has no recorded fingerprint (then always run)."""
-    try:
-        known = dict(con.execute("select model, fingerprint from _model_state").fetchall())
-    except duckdb.Error:
-        return None
-    tables = {table: known.get(table) for table in check.reads}
+    tables = model_fingerprints(con, check.reads)
     if any(fingerprint is None for fingerprint in tables.values()):
         return None
     payload = json.dumps({"check": check.name, "tables": tables, "params": check.parameters(warehouse),
