@@ -44,8 +44,8 @@ class EpochDoc:
 
 
 # Exact types, as both JSON parsers produce them; bool is its own type, so a set of types tells it from a number.
-_NUMBER_TYPES = frozenset({int, float, type(None)})
-_SCALAR_TYPES = frozenset({bool, int, float, str, type(None)})
+NUMBER_TYPES = frozenset({int, float, type(None)})
+SCALAR_TYPES = frozenset({bool, int, float, str, type(None)})
 
 
 def _is_number(value: Any) -> bool:
@@ -170,7 +170,7 @@ def _number_list(doc: dict, key: str) -> list[float | None]:
     if not isinstance(values, list):
         raise DecodeError("wrong_type", f"`{key}` should be a list of numbers, found {type(values).__name__}")
     kinds = set(map(type, values))  # one pass in C; the loop below only runs to name the bad entry
-    if kinds <= _NUMBER_TYPES:
+    if kinds <= NUMBER_TYPES:
         return values if int not in kinds else [None if v is None else _to_float(key, v) for v in values]
     for index, value in enumerate(values):
         if value is not None and not _is_number(value):
@@ -189,7 +189,11 @@ def _to_float(key: str, value: int | float) -> float:
 
 def decode_epoch(data: bytes) -> EpochDoc:
     """Decodes the bytes of one epoch document; raises DecodeError when it cannot be loaded whole."""
-    doc, parse_warnings = parse_document(data)
+    return decode_parsed(*parse_document(data))
+
+
+def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
+    """Checks a parsed epoch document (see parse_document) key by key and value by value."""
     if not isinstance(doc, dict):
         raise DecodeError("not_an_object", f"the document is a JSON {type(doc).__name__}, not an object")
     missing = [key for key in REQUIRED_KEYS if key not in doc]
@@ -236,7 +240,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
             continue
         if _is_scalar(value):
             parsed.scalar_extras[key] = value
-        elif isinstance(value, list) and len(value) == n and n > 0 and set(map(type, value)) <= _SCALAR_TYPES:
+        elif isinstance(value, list) and len(value) == n and n > 0 and set(map(type, value)) <= SCALAR_TYPES:
             parsed.array_extras[key] = value
         else:
             parsed.json_extras[key] = json.dumps(value, allow_nan=True, sort_keys=True)

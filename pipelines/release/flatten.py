@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from pipelines.release.decode import DOCUMENTED_SCALARS, EpochDoc, Scalar
+from pipelines.release.decode import DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc, Scalar
 from pipelines.release.discover import EpochFile
 
 EPOCH_COLUMNS = {
@@ -152,8 +152,218 @@ def _per_trajectory(run_id: str, epoch_cols: dict[str, list]) -> dict[str, pl.Se
     }
 
 
-def _mtime(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+def _mtimes(mtime_ns: list[int]) -> pl.Series:
+    # Whole microseconds, as the Parquet column holds them; in bulk, not a datetime object per document.
+    return (pl.Series(mtime_ns, dtype=pl.Int64) // 1000).cast(pl.Datetime("us", "UTC"))
+
+
+# The stdlib encoder for nested extras: its text (`{"a": 1e-05}`) is what the lake has always stored. One encoder,
+# not json.dumps per value, which builds a new one for every call with these options.
+_NESTED_ENCODER = json.JSONEncoder(allow_nan=True, sort_keys=True)
+
+
+def _as_floats(values: list) -> list | None:
+    """A column of numbers as decode_epoch gives them (integers as floats), or None if it holds anything else."""
+    kinds = set(map(type, values))
+    if int not in kinds:
+        return values if kinds <= NUMBER_TYPES else None
+    if not kinds <= NUMBER_TYPES:
+        return None
+    try:
+        return [None if v is None else float(v) for v in values]
+    except OverflowError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the fast path knows of a run's documents: every key, in order, with its value's type, and where it goes."""
+
+    keys: tuple[str, ...]
+    types: tuple[type, ...]
+    scalar_extras: tuple[tuple[str, str], ...]  # (key, column) of scalar extras
+    nested: tuple[tuple[str, str], ...]  # (key, column) of extras kept as JSON text
+    arrays: tuple[tuple[str, str], ...]  # (key, column) of per-trajectory extras
+    short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
+
+
+class RunColumns:
+    """A run's flattened columns, filled document by document; frames() turns them into the two tables.
+
+    add() takes a decoded EpochDoc. add_parsed() takes the parsed JSON of a document directly, when the document
+    has exactly the keys, key order and value types of the first one it took (the usual case: one writer wrote
+    every epoch of a run), and then does no per-value work: the types of the values inside the per-trajectory
+    lists are checked once per column by frames(). A document it declines goes through decode_epoch and add();
+    when a column check fails, frames() returns None and the caller decodes the documents one by one instead.
+    """
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.epoch_cols: dict[str, list] = {name: [] for name in EPOCH_COLUMNS if name != "source_mtime"}
+        self.mtime_ns: list[int] = []
+        self.traj_cols: dict[str, list] = {"trajectory_id": [], "reward": [], "advantage": []}
+        self.scalar_extras: dict[str, list] = {}
+        self.array_extras: dict[str, list] = {}
+        self.n_epochs = self.n_traj = 0
+        self._shape: _Shape | None = None
+        self._declined = False  # the first document the fast path saw could not set a shape
+
+    def _file(self, file: EpochFile, n: int) -> None:
+        cols = self.epoch_cols
+        cols["run_id"].append(self.run_id)
+        cols["n_trajectories"].append(n)
+        cols["source_path"].append(file.source_path)
+        cols["source_layout"].append(file.layout)
+        self.mtime_ns.append(file.mtime_ns)
+
+    def _scalar_column(self, name: str) -> list:
+        column = self.scalar_extras.get(name)
+        if column is None:  # not setdefault: its default list would be built for every document
+            column = self.scalar_extras[name] = [None] * self.n_epochs
+        return column
+
+    def _array_column(self, name: str) -> list:
+        column = self.array_extras.get(name)
+        if column is None:  # not setdefault: a run's worth of padding per document made this quadratic
+            column = self.array_extras[name] = [None] * self.n_traj
+        return column
+
+    def _pad(self) -> None:
+        for column in self.scalar_extras.values():
+            if len(column) < self.n_epochs:
+                column.append(None)
+        for column in self.array_extras.values():
+            if len(column) < self.n_traj:
+                column.extend([None] * (self.n_traj - len(column)))
+
+    def add(self, file: EpochFile, doc: EpochDoc) -> None:
+        n = doc.n_trajectories
+        self._file(file, n)
+        cols = self.epoch_cols
+        cols["epoch"].append(doc.epoch)
+        for key in DOCUMENTED_SCALARS:
+            cols[key].append(doc.scalars[key])
+        cols["snapshot_id"].append(doc.snapshot_id)
+        for key, value in doc.scalar_extras.items():
+            self._scalar_column(extra_column_name(key, EPOCH_COLUMNS)).append(value)
+        for key, value in doc.json_extras.items():
+            self._scalar_column(extra_column_name(key, EPOCH_COLUMNS)).append(JsonText(value))
+        self.n_epochs += 1
+        # run_id, epoch, source_path and traj_index are repeated per document by frames(), in bulk.
+        self.traj_cols["trajectory_id"].extend(doc.trajectory_ids)
+        self.traj_cols["reward"].extend(doc.rewards)
+        self.traj_cols["advantage"].extend(doc.advantages)
+        for key, values in doc.array_extras.items():
+            self._array_column(extra_column_name(key, TRAJECTORY_COLUMNS)).extend(values)
+        self.n_traj += n
+        self._pad()
+
+    def _shape_of(self, doc: dict) -> _Shape | None:
+        """The shape the fast path takes, from a document that needs no warning; None if it cannot take it."""
+        if any(key not in doc for key in DOCUMENTED_KEYS):
+            return None
+        if type(doc["epoch"]) is not int or not isinstance(doc["snapshot_id"], (str, type(None))):
+            return None
+        if any(type(doc[key]) not in NUMBER_TYPES for key in DOCUMENTED_SCALARS):
+            return None
+        if any(type(doc[key]) is not list for key in ("trajectory_ids", "rewards", "advantages")):
+            return None
+        n = len(doc["trajectory_ids"])
+        if n == 0:
+            return None
+        scalars, nested, arrays, short = [], [], [], []
+        for key, value in doc.items():
+            if key in DOCUMENTED_KEYS:
+                continue
+            kind = type(value)
+            if kind in SCALAR_TYPES:
+                scalars.append((key, extra_column_name(key, EPOCH_COLUMNS)))
+            elif kind is list and len(value) == n:
+                arrays.append((key, extra_column_name(key, TRAJECTORY_COLUMNS)))
+            else:
+                nested.append((key, extra_column_name(key, EPOCH_COLUMNS)))
+                if kind is list:
+                    short.append(key)
+        return _Shape(tuple(doc), tuple(map(type, doc.values())), tuple(scalars), tuple(nested), tuple(arrays),
+                      tuple(short))
+
+    def add_parsed(self, file: EpochFile, doc) -> bool:
+        """Adds the parsed JSON of one document if it has the run's shape; False (nothing added) if not."""
+        shape = self._shape
+        if shape is None:
+            if self._declined or type(doc) is not dict:
+                return False
+            shape = self._shape = self._shape_of(doc)
+            if shape is None:
+                self._declined = True
+                return False
+        if type(doc) is not dict or tuple(doc) != shape.keys or tuple(map(type, doc.values())) != shape.types:
+            return False
+        if doc["epoch"] != file.epoch_in_name:
+            return False
+        ids = doc["trajectory_ids"]
+        n = len(ids)
+        if len(doc["rewards"]) != n or len(doc["advantages"]) != n:
+            return False
+        if any(len(doc[key]) != n for key, _ in shape.arrays) or any(len(doc[key]) == n for key in shape.short_lists):
+            return False
+        self._file(file, n)
+        cols = self.epoch_cols
+        cols["epoch"].append(doc["epoch"])
+        for key in DOCUMENTED_SCALARS:
+            cols[key].append(doc[key])
+        cols["snapshot_id"].append(doc["snapshot_id"])
+        for key, name in shape.scalar_extras:
+            self._scalar_column(name).append(doc[key])
+        for key, name in shape.nested:
+            self._scalar_column(name).append(JsonText(_NESTED_ENCODER.encode(doc[key])))
+        self.n_epochs += 1
+        self.traj_cols["trajectory_id"].extend(ids)
+        self.traj_cols["reward"].extend(doc["rewards"])
+        self.traj_cols["advantage"].extend(doc["advantages"])
+        for key, name in shape.arrays:
+            self._array_column(name).extend(doc[key])
+        self.n_traj += n
+        self._pad()
+        return True
+
+    def _columns_hold_what_decode_allows(self) -> bool:
+        """The per-value checks decode_epoch makes, made once per column for the documents add_parsed took.
+
+        Numbers become floats as decode_epoch makes them (it refuses an integer too large for a float).
+        """
+        if not set(map(type, self.traj_cols["trajectory_id"])) <= {str}:
+            return False
+        for cols, keys in ((self.traj_cols, ("reward", "advantage")), (self.epoch_cols, DOCUMENTED_SCALARS)):
+            for key in keys:
+                if (values := _as_floats(cols[key])) is None:
+                    return False
+                cols[key] = values
+        return all(set(map(type, column)) <= SCALAR_TYPES for column in self.array_extras.values())
+
+    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, ColumnKinds]] | None:
+        """The run's epoch and trajectory frames, and per table the extra columns kept as JSON text."""
+        if self._shape is not None and not self._columns_hold_what_decode_allows():
+            return None
+        kinds: dict[str, ColumnKinds] = {"epochs": {}, "trajectories": {}}
+
+        def frame(table: str, base: dict[str, list | pl.Series], schema: dict, extras: dict[str, list]):
+            columns = [base[name].alias(name) if isinstance(base[name], pl.Series)
+                       else pl.Series(name, base[name], dtype=dtype, strict=False) for name, dtype in schema.items()]
+            for name, values in extras.items():
+                series, types = typed_series(name, values)
+                columns.append(series)
+                if types is not None:
+                    kinds[table][name] = types
+            return pl.DataFrame(columns)
+
+        epoch_base = {**self.epoch_cols, "source_mtime": _mtimes(self.mtime_ns)}
+        trajectory_base = {**self.traj_cols, **_per_trajectory(self.run_id, self.epoch_cols)}
+        return (
+            frame("epochs", epoch_base, EPOCH_COLUMNS, self.scalar_extras),
+            frame("trajectories", trajectory_base, TRAJECTORY_COLUMNS, self.array_extras),
+            kinds,
+        )
 
 
 def flatten(
@@ -163,66 +373,7 @@ def flatten(
 
     Extra keys absent from some documents are null there, so a key first seen late still gets its column.
     """
-    epoch_cols: dict[str, list] = {name: [] for name in EPOCH_COLUMNS}
-    traj_cols: dict[str, list] = {name: [] for name in TRAJECTORY_COLUMNS}
-    scalar_extras: dict[str, list] = {}
-    array_extras: dict[str, list] = {}
-    n_epochs = n_traj = 0
-
+    columns = RunColumns(run_id)
     for file, doc in documents:
-        n = doc.n_trajectories
-        row = {
-            "run_id": run_id,
-            "epoch": doc.epoch,
-            **doc.scalars,
-            "snapshot_id": doc.snapshot_id,
-            "n_trajectories": n,
-            "source_path": file.source_path,
-            "source_layout": file.layout,
-            "source_mtime": _mtime(file.mtime_ns),
-        }
-        for name, value in row.items():
-            epoch_cols[name].append(value)
-        extras = (*doc.scalar_extras.items(), *((k, JsonText(v)) for k, v in doc.json_extras.items()))
-        for key, value in extras:
-            name = extra_column_name(key, EPOCH_COLUMNS)
-            column = scalar_extras.get(name)
-            if column is None:  # not setdefault: its default list would be built for every document
-                column = scalar_extras[name] = [None] * n_epochs
-            column.append(value)
-        n_epochs += 1
-        for column in scalar_extras.values():
-            if len(column) < n_epochs:
-                column.append(None)
-
-        # run_id, epoch, source_path and traj_index are repeated per document below, in bulk.
-        traj_cols["trajectory_id"].extend(doc.trajectory_ids)
-        traj_cols["reward"].extend(doc.rewards)
-        traj_cols["advantage"].extend(doc.advantages)
-        for key, values in doc.array_extras.items():
-            name = extra_column_name(key, TRAJECTORY_COLUMNS)
-            column = array_extras.get(name)
-            if column is None:  # not setdefault: a run's worth of padding per document made this quadratic
-                column = array_extras[name] = [None] * n_traj
-            column.extend(values)
-        n_traj += n
-        for column in array_extras.values():
-            if len(column) < n_traj:
-                column.extend([None] * (n_traj - len(column)))
-
-    kinds: dict[str, ColumnKinds] = {"epochs": {}, "trajectories": {}}
-
-    def frame(table: str, base: dict[str, list], schema: dict, extras: dict[str, list]) -> pl.DataFrame:
-        columns = [pl.Series(name, base[name], dtype=dtype, strict=False) for name, dtype in schema.items()]
-        for name, values in extras.items():
-            series, types = typed_series(name, values)
-            columns.append(series)
-            if types is not None:
-                kinds[table][name] = types
-        return pl.DataFrame(columns)
-
-    return (
-        frame("epochs", epoch_cols, EPOCH_COLUMNS, scalar_extras),
-        frame("trajectories", {**traj_cols, **_per_trajectory(run_id, epoch_cols)}, TRAJECTORY_COLUMNS, array_extras),
-        kinds,
-    )
+        columns.add(file, doc)
+    return columns.frames()

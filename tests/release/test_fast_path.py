@@ -1,0 +1,158 @@
+"""The ingest's fast path (RunColumns.add_parsed: a run's documents of one shape, checked per column) against the
+document-by-document path (decode_epoch, then flatten): the same lake rows, the same refusals, on runs whose
+documents share a shape except for random departures from it."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import epoch_document, write_epoch_file
+from pipelines.lake import ingest_run, partition_file
+from pipelines.release.decode import DecodeError, decode_epoch
+from pipelines.release.discover import find_run_folders, list_run
+from pipelines.release.flatten import RunColumns, flatten
+
+LIMIT = 1 << 20
+
+# Departures from the run's shape, each touching one document; None leaves it as the others are.
+DEPARTURES = (
+    "reward_str", "reward_bool", "reward_int", "reward_huge_int", "reward_none", "id_int", "per_traj_nested",
+    "per_traj_short", "loss_int", "loss_none", "loss_str", "key_order", "drop_extra", "new_extra", "wrong_epoch",
+    "short_list_is_n", "epoch_float", "snapshot_none", "no_trajectories", "all_int_rewards", "nan_reward",
+)
+
+
+@st.composite
+def runs(draw) -> list[tuple[int, dict | str]]:
+    """A run's documents: one shape (the same extras, in one order, of one type each) with random departures."""
+    n_docs = draw(st.integers(1, 6))
+    departures = draw(st.lists(st.sampled_from((None,) * 8 + DEPARTURES), min_size=n_docs, max_size=n_docs))
+    documents = []
+    for epoch, how in enumerate(departures):
+        n = draw(st.integers(1, 3))
+        doc = epoch_document(epoch, n=n, lr=1e-5, phase="rl", config={"b": [1, 2], "a": 0.5}, short_list=[1, 2, 3, 4],
+                             per_traj=[i * 0.5 for i in range(n)], flags=[i % 2 == 0 for i in range(n)])
+        i = draw(st.integers(0, n - 1))
+        text = None
+        if how == "reward_str":
+            doc["rewards"][i] = "0.5"
+        elif how == "reward_bool":
+            doc["rewards"][i] = True
+        elif how == "reward_int":
+            doc["rewards"][i] = 2
+        elif how == "reward_huge_int":
+            doc["rewards"][i] = 10**400  # too large for a float: refused
+        elif how == "reward_none":
+            doc["rewards"][i] = None
+        elif how == "id_int":
+            doc["trajectory_ids"][i] = 7
+        elif how == "per_traj_nested":
+            doc["per_traj"][i] = {"x": 1}  # then the whole list is kept as JSON text
+        elif how == "per_traj_short":
+            doc["per_traj"] = doc["per_traj"][:-1]
+        elif how == "loss_int":
+            doc["loss"] = 3
+        elif how == "loss_none":
+            doc["loss"] = None
+        elif how == "loss_str":
+            doc["loss"] = "3"
+        elif how == "key_order":
+            doc = dict(reversed(list(doc.items())))
+        elif how == "drop_extra":
+            del doc["phase"]
+        elif how == "new_extra":
+            doc["late"] = 1
+        elif how == "wrong_epoch":
+            doc["epoch"] = epoch + 50
+        elif how == "short_list_is_n":
+            doc["short_list"] = list(range(n))
+        elif how == "epoch_float":
+            doc["epoch"] = float(epoch)
+        elif how == "snapshot_none":
+            doc["snapshot_id"] = None
+        elif how == "no_trajectories":
+            doc = epoch_document(epoch, n=0)
+        elif how == "all_int_rewards":
+            doc["rewards"] = [1] * n
+        elif how == "nan_reward":
+            text = json.dumps(doc).replace('"rewards": [0.0', '"rewards": [NaN', 1)
+        documents.append((epoch, text if text is not None else doc))
+    return documents
+
+
+def reference(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame, set[str]]:
+    """decode_epoch and flatten, document by document: the frames and the refused files."""
+    listing = list_run(find_run_folders([run_dir.parent])[0][run_dir.name])
+    loaded, refused = [], set()
+    for file in listing.epoch_files:
+        try:
+            doc = decode_epoch(Path(file.file_path).read_bytes())
+            if doc.epoch != file.epoch_in_name:
+                raise DecodeError("epoch_mismatch", "")
+        except DecodeError:
+            refused.add(file.source_path)
+            continue
+        loaded.append((file, doc))
+    epochs, trajectories, _ = flatten(run_dir.name, loaded)
+    return epochs, trajectories, refused
+
+
+def lake_table(lake: Path, table: str) -> pl.DataFrame:
+    path = partition_file(lake, table, "run")
+    return pl.read_parquet(path) if path.exists() else pl.DataFrame()
+
+
+def same_rows(stored: pl.DataFrame, expected: pl.DataFrame, keys: list[str]) -> None:
+    if expected.height == 0:
+        assert stored.height == 0
+        return
+    assert stored.schema == expected.schema
+    assert stored.sort(keys).equals(expected.sort(keys), null_equal=True)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=runs())
+def test_the_fast_path_loads_and_refuses_what_decoding_one_by_one_does(documents):
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir, lake = Path(tmp) / "rel" / "run", Path(tmp) / "lake"
+        for epoch, doc in documents:
+            write_epoch_file(run_dir, epoch, doc)
+        ingest_run(list_run(find_run_folders([run_dir.parent])[0]["run"]), lake, LIMIT)
+        epochs, trajectories, refused = reference(run_dir)
+
+        errors = lake_table(lake, "errors").filter(pl.col("severity") == "error")
+        assert set(errors["source_path"]) == refused
+        same_rows(lake_table(lake, "epochs"), epochs, ["epoch"])
+        same_rows(lake_table(lake, "trajectories"), trajectories, ["epoch", "traj_index"])
+
+
+def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_sends_the_run_one_by_one(tmp_path):
+    """Which path each document took, on a hand-made run: the fast path must not be a dead branch."""
+    from pipelines.release.decode import parse_document
+    from pipelines.release.discover import EpochFile
+
+    def file(epoch: int) -> EpochFile:
+        return EpochFile("run", f"/r/run/epoch_{epoch:03d}_results.json", f"run/epoch_{epoch:03d}_results.json",
+                         epoch, "file", 10, 10**18)
+
+    columns = RunColumns("run")
+    docs = [epoch_document(e, n=2, lr=0.1, config={"k": 1}) for e in range(3)]
+    assert [columns.add_parsed(file(e), parse_document(json.dumps(d).encode())[0]) for e, d in enumerate(docs)] \
+        == [True, True, True]
+    # Another shape (no `lr`), a wrong epoch: declined, nothing added.
+    assert not columns.add_parsed(file(3), epoch_document(3, n=2, config={"k": 1}))
+    assert not columns.add_parsed(file(5), epoch_document(4, n=2, lr=0.1, config={"k": 1}))
+    epochs, trajectories, kinds = columns.frames()
+    assert epochs["epoch"].to_list() == [0, 1, 2] and epochs["lr"].to_list() == [0.1] * 3
+    assert epochs["config"].to_list() == ['{"k": 1}'] * 3 and kinds["epochs"] == {"config": ["nested"]}
+    assert trajectories["reward"].to_list() == [0.0, 0.25] * 3
+    assert trajectories["traj_index"].to_list() == [0, 1] * 3
+
+    bad = epoch_document(6, n=2, lr=0.1, config={"k": 1})
+    bad["rewards"][1] = "x"  # same shape: taken, then refused by the column check
+    assert columns.add_parsed(file(6), bad)
+    assert columns.frames() is None
