@@ -132,13 +132,20 @@ def run_build(args) -> int:
         lock.release()
 
 
+# Merge two blocks of run partitions to ingest into one Dagster run when fewer than this many unchanged partitions
+# lie between them: a separate run costs about as much as Dagster recording that many partitions' materializations.
+MAX_PARTITION_GAP = 25
+
+
 def _build_locked(warehouse: Path) -> int:
     import dagster as dg
 
     from pipelines.definitions import defs as load_defs
-    from pipelines.defs.ingest.partitions import all_runs_tags, run_partitions
+    from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
     from pipelines.defs.resources import WarehouseConfig
+    from pipelines.lake import runs_needing_ingest
     from pipelines.release.discover import find_run_folders
+    from pipelines.warehouse_db import lake_dir
 
     started = time.perf_counter()
     config = WarehouseConfig.from_env()
@@ -148,28 +155,41 @@ def _build_locked(warehouse: Path) -> int:
     runs, _, problems = find_run_folders(roots)
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
-    print(f"found {len(runs)} run(s) in {len(roots)} release(s)", flush=True)
+    # Only the runs whose lake partitions are out of date are handed to run_lake: Dagster records a materialization
+    # per selected partition and lake table, which would otherwise grow with the release, not with the change.
+    stale = set(runs_needing_ingest(list(runs.values()), lake_dir(warehouse), config.max_file_bytes))
+    print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale)}", flush=True)
 
     definitions = load_defs()
     job = definitions.resolve_job_def("refresh_warehouse")
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    persistent = bool(os.environ.get("DAGSTER_HOME"))
+    instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
     with instance:
         known = set(instance.get_dynamic_partitions(run_partitions.name))
-        new = sorted(set(runs) - known)
+        new = set(runs) - known
+        # A partition new to a kept instance is materialized once, even if the lake already holds the run (built
+        # with another instance), so that the models' automation does not wait on a partition that looks missing.
+        selected = stale | new if persistent else stale
         if new:
-            instance.add_dynamic_partitions(run_partitions.name, new)
+            # The selected partitions last: a range of consecutive keys, so one Dagster run, covers them all.
+            instance.add_dynamic_partitions(run_partitions.name, sorted(new, key=lambda key: (key in selected, key)))
         keys = instance.get_dynamic_partitions(run_partitions.name)
+        blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
         run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
-        if keys:
-            result = job.execute_in_process(
-                instance=instance,
-                run_config=run_config,
-                tags=all_runs_tags(keys),
-                raise_on_error=False,
-            )
-        else:
+        lake_keys = _partitioned_keys(definitions)
+        # Blocks apart from the last are ingested on their own; the last goes with every other asset.
+        for block in blocks[:-1]:
             result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                            asset_selection=_unpartitioned_keys(definitions))
+                                            tags=run_range_tags(block[0], block[-1]), asset_selection=lake_keys)
+            if not result.success:
+                break
+        else:
+            if blocks:
+                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                                tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
+            else:
+                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                                asset_selection=_unpartitioned_keys(definitions))
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
@@ -179,9 +199,38 @@ def _build_locked(warehouse: Path) -> int:
     return 0
 
 
+def _describe(stale: set[str]) -> str:
+    if not stale:
+        return "the lake is up to date with every run, nothing to ingest"
+    names = sorted(stale)
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"{len(names)} run(s) to ingest (new, changed or removed files): {listed}"
+
+
+def _partition_blocks(keys: list[str], selected: set[str], max_gap: int) -> list[list[str]]:
+    """The selected keys as blocks of consecutive keys in the instance's order, each block one partition range; two
+    blocks with fewer than max_gap unselected keys between them become one (the keys between included)."""
+    blocks: list[list[str]] = []
+    previous = -1
+    for index, key in enumerate(keys):
+        if key not in selected:
+            continue
+        if blocks and index - previous - 1 < max_gap:
+            blocks[-1].extend(keys[previous + 1: index + 1])
+        else:
+            blocks.append([key])
+        previous = index
+    return blocks
+
+
 def _unpartitioned_keys(definitions) -> list:
     graph = definitions.resolve_asset_graph()
     return [key for key in graph.get_all_asset_keys() if graph.get(key).partitions_def is None]
+
+
+def _partitioned_keys(definitions) -> list:
+    graph = definitions.resolve_asset_graph()
+    return [key for key in graph.get_all_asset_keys() if graph.get(key).partitions_def is not None]
 
 
 def print_summary(warehouse: Path, seconds: float) -> None:

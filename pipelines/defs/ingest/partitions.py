@@ -7,4 +7,9 @@ run_partitions = dg.DynamicPartitionsDefinition(name="run_id")
 
 def all_runs_tags(keys: list[str]) -> dict[str, str]:
     """Run tags selecting every run partition, first to last, for one run (run_lake's single-run backfill policy)."""
-    return {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+    return run_range_tags(keys[0], keys[-1])
+
+
+def run_range_tags(first: str, last: str) -> dict[str, str]:
+    """Run tags selecting the run partitions from first to last, in the instance's order, for one run."""
+    return {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
