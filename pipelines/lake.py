@@ -480,14 +480,3 @@ def runs_needing_ingest(runs: list[RunFolder], lake: Path, max_file_bytes: int) 
              if ingest_run(list_run(run), lake, max_file_bytes, only_if_unchanged=True) is None]
     gone = [path.stem for path in (lake / "manifests").glob("*.json") if path.stem not in present]
     return sorted(stale + gone)
-
-
-def runs_needing_ingest(runs: list[RunFolder], lake: Path, max_file_bytes: int) -> list[str]:
-    """The run ids whose lake partitions are out of date: a run with something to parse, remove or re-inventory
-    (ingest_run would rewrite it), and a run still in the lake whose folder is gone. Parses nothing."""
-    lake = Path(lake)
-    present = {run.run_id for run in runs}
-    stale = [run.run_id for run in runs
-             if ingest_run(list_run(run), lake, max_file_bytes, only_if_unchanged=True) is None]
-    gone = [path.stem for path in (lake / "manifests").glob("*.json") if path.stem not in present]
-    return sorted(stale + gone)
