@@ -55,8 +55,9 @@ def write_atomically(frame: pl.DataFrame, path: Path) -> None:
     """Writes Parquet to a temporary name beside path, then renames it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # zstd level 1 rather than polars' default 3: about half the time for files of about the same size.
-    frame.write_parquet(tmp, statistics=True, compression="zstd", compression_level=1)
+    # zstd level 1 rather than polars' default 3, and no column statistics (a run's partition is one row group,
+    # read whole): a run's trajectories written in 8 ms instead of 17 ms, to a file of about the same size.
+    frame.write_parquet(tmp, statistics=False, compression="zstd", compression_level=1)
     os.replace(tmp, path)
 
 
@@ -140,27 +141,51 @@ def _real_path_inside(file: EpochFile) -> str:
     return str(resolve_inside(file.path, _release_root(file)))
 
 
+def _open_listed(file: EpochFile) -> int | None:
+    """The file opened without a real-path check when it is the very file the listing saw, else None.
+
+    The listing checked that file's real path. Opened here without following a last link, and known again by
+    its device and inode, it is that same file, whatever path led to it, so no component is resolved again (a
+    realpath per file costs about as much as reading it). A link, or anything swapped in since, gets None.
+    """
+    if not file.inode:
+        return None
+    try:
+        fd = os.open(file.file_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    status = os.fstat(fd)
+    if (status.st_dev, status.st_ino) == (file.device, file.inode) and stat.S_ISREG(status.st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
 def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     """The bytes of an epoch file, opened only when its real path is inside its release; at most the limit read."""
-    try:
-        real = _real_path_inside(file)
-        # O_NOFOLLOW: the real path has no link left to follow, so a link swapped in since is refused;
-        # O_NONBLOCK: a FIFO behind a link does not hang the build.
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise DecodeError("unreadable", f"cannot open the file: {exc.strerror or exc}") from None
+    fd = _open_listed(file)
+    if fd is None:
+        try:
+            real = _real_path_inside(file)
+            # O_NOFOLLOW: the real path has no link left to follow, so a link swapped in since is refused;
+            # O_NONBLOCK: a FIFO behind a link does not hang the build.
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise DecodeError("unreadable", f"cannot open the file: {exc.strerror or exc}") from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise DecodeError("not_a_file", "not a regular file (a FIFO or a device behind a link?)")
         chunks, size = [], 0
         # Reads of about the file's size: os.read allocates the whole request, max_file_bytes per call otherwise.
-        block = max(status.st_size + 1, 1 << 16)
+        block = min(max(status.st_size + 1, 1 << 16), max_file_bytes + 1)
         while chunk := os.read(fd, min(block, max_file_bytes + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
             if size > max_file_bytes:
                 raise DecodeError("file_too_large", f"over the limit of {max_file_bytes} bytes (max_file_bytes)")
+            if len(chunk) < block and size >= status.st_size:
+                break  # a short read at or past the size fstat gave: the end of the file, no further read needed
     except OSError as exc:
         raise DecodeError("unreadable", f"cannot read the file: {exc.strerror or exc}") from None
     finally:

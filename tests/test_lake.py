@@ -162,6 +162,31 @@ def test_nothing_outside_the_release_is_opened(tmp_path, write_epoch, monkeypatc
     assert table(lake, "epochs")["epoch"].to_list() == [0]
 
 
+def test_links_out_swapped_in_after_the_listing_are_not_read(tmp_path, write_epoch):
+    """Between listing a run and reading its files, a file and an epoch folder are replaced by links out."""
+    release, lake, outside = tmp_path / "rel", tmp_path / "lake", tmp_path / "outside"
+    write_epoch(release / "run", 0)
+    write_epoch(release / "run", 1)
+    write_epoch(release / "run", 2, layout="folder")
+    secret = write_epoch(outside, 1, epoch_document(1, n=2, loss=-99.0))
+    secret_dir = write_epoch(outside / "folder", 2, epoch_document(2, n=2, loss=-99.0), layout="folder").parent
+    runs, _, _ = find_run_folders([release])
+    listing = list_run(runs["run"])
+
+    (release / "run" / "epoch_001_results.json").unlink()
+    os.symlink(secret, release / "run" / "epoch_001_results.json")
+    (release / "run" / "epoch_002" / "results.json").unlink()
+    (release / "run" / "epoch_002").rmdir()
+    os.symlink(secret_dir, release / "run" / "epoch_002")
+    ingest_run(listing, lake, LIMIT)
+
+    assert table(lake, "epochs")["epoch"].to_list() == [0]
+    assert -99.0 not in table(lake, "epochs")["loss"].to_list()
+    errors = {r["source_path"]: r for r in table(lake, "errors").rows(named=True)}
+    assert set(errors) == {"run/epoch_001_results.json", "run/epoch_002/results.json"}
+    assert all("outside the release" in r["message"] for r in errors.values())
+
+
 def test_second_ingest_with_no_change_rewrites_nothing(tmp_path, write_epoch):
     release, lake = tmp_path / "rel", tmp_path / "lake"
     write_epoch(release / "run", 0)

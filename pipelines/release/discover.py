@@ -24,6 +24,10 @@ class EpochFile:
     layout: str  # "file" (epoch_NNN_results.json) or "folder" (epoch_NNN/results.json)
     size: int
     mtime_ns: int
+    # The file the listing saw (its real path checked to be inside the release), to know it again when opened;
+    # 0 when unknown.
+    device: int = 0
+    inode: int = 0
 
     @property
     def path(self) -> Path:
@@ -128,7 +132,8 @@ def list_run(run: RunFolder) -> RunListing:
         except OSError as exc:
             skip(source_path, f"cannot stat: {exc.strerror}", "unreadable")
             return
-        epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns))
+        epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns,
+                                     st.st_dev, st.st_ino))
 
     try:
         with os.scandir(run.path) as listing:

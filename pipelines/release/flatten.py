@@ -60,19 +60,21 @@ def extra_column_name(key: str, reserved: dict) -> str:
     return f"extra_{key}" if base in reserved or base == "group_index" else key
 
 
-def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | None]:
+def typed_series(name: str, values: Sequence, found: set[type] | None = None) -> tuple[pl.Series, list[str] | None]:
     """A column for one extra key, and the value types found when the column has to be kept as JSON text.
 
     Integers beside floats widen to Float64 (lossless for counts). Nested values, integers beyond 64 bits and
     any other mix of types are kept as JSON text, value by value, so `"1"` and `1` stay distinguishable and
-    nothing is silently cast.
+    nothing is silently cast. found: the values' types, None included, when the caller has them already.
     """
-    kinds = set(map(type, values)) - {type(None)}  # one pass in C: columns run to millions of values
+    if found is None:
+        found = set(map(type, values))  # one pass in C: columns run to millions of values
+    kinds = found - {type(None)}
     if kinds == {int, float}:
         kinds = {float}
     if len(kinds) == 1 and JsonText not in kinds:
         kind = next(iter(kinds))
-        present = values if None not in values else [v for v in values if v is not None]
+        present = values if type(None) not in found else [v for v in values if v is not None]
         if kind is not int or _INT64[0] <= min(present) and max(present) <= _INT64[1]:
             return pl.Series(name, values, dtype=_PYTHON_TO_POLARS[kind], strict=True), None
     if not kinds:
@@ -206,6 +208,7 @@ class RunColumns:
         self.array_extras: dict[str, list] = {}
         self.n_epochs = self.n_traj = 0
         self._shape: _Shape | None = None
+        self._array_types: dict[str, set[type]] = {}  # the value types of each per-trajectory extra, once checked
         self._declined = False  # the first document the fast path saw could not set a shape
 
     def _file(self, file: EpochFile, n: int) -> None:
@@ -339,7 +342,8 @@ class RunColumns:
                 if (values := _as_floats(cols[key])) is None:
                     return False
                 cols[key] = values
-        return all(set(map(type, column)) <= SCALAR_TYPES for column in self.array_extras.values())
+        self._array_types = {name: set(map(type, column)) for name, column in self.array_extras.items()}
+        return all(types <= SCALAR_TYPES for types in self._array_types.values())
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, ColumnKinds]] | None:
         """The run's epoch and trajectory frames, and per table the extra columns kept as JSON text."""
@@ -350,8 +354,9 @@ class RunColumns:
         def frame(table: str, base: dict[str, list | pl.Series], schema: dict, extras: dict[str, list]):
             columns = [base[name].alias(name) if isinstance(base[name], pl.Series)
                        else pl.Series(name, base[name], dtype=dtype, strict=False) for name, dtype in schema.items()]
+            known = self._array_types if table == "trajectories" else {}
             for name, values in extras.items():
-                series, types = typed_series(name, values)
+                series, types = typed_series(name, values, known.get(name))
                 columns.append(series)
                 if types is not None:
                     kinds[table][name] = types
