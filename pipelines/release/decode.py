@@ -83,12 +83,24 @@ def _same_value(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, allow_nan=True) == json.dumps(b, sort_keys=True, allow_nan=True)
 
 
-def _may_hold_duplicate_keys(data: bytes, doc: Any) -> bool:
-    """A cheap test that is never wrong when it says no: re-serializing drops a repeated key, and with it quotes.
+def _keys_outside_lists(doc: Any) -> int:
+    """How many keys the document's objects hold, not counting objects inside lists (at most all of them)."""
+    if type(doc) is not dict:
+        return 0
+    return len(doc) + sum(_keys_outside_lists(value) for value in doc.values() if type(value) is dict)
 
-    Every string of the input reappears in orjson's output with the same quote characters, unless the input
-    spells characters below U+0040 (a quote, say) as \\u00XX escapes; then the exact check runs instead.
+
+def _may_hold_duplicate_keys(data: bytes, doc: Any) -> bool:
+    """Cheap tests that are never wrong when they say no.
+
+    First, colons: every key in the text is followed by one, so a text with no more colons than the parsed
+    objects hold keys has no key twice (colons inside strings only make the test say maybe). Then quotes:
+    re-serializing drops a repeated key, and with it quotes. Every string of the input reappears in orjson's
+    output with the same quote characters, unless the input spells characters below U+0040 (a quote, say) as
+    \\u00XX escapes; then the exact check runs instead.
     """
+    if data.count(b":") <= _keys_outside_lists(doc):
+        return False
     if data.find(b"\\") >= 0 and data.find(b"\\u00") >= 0:
         return True
     return orjson.dumps(doc).count(b'"') != data.count(b'"')

@@ -131,5 +131,19 @@ def test_strings_that_look_like_keys_are_not_duplicates():
     assert doc.warnings == [] and doc.scalar_extras == {"note": '"loss": 1', "note2": 'a": b'}
 
 
+@pytest.mark.parametrize("tail, repeated", [
+    (', "items": [{"k": 1, "k": 2}]}', True),  # in an object inside a list, which the colon count leaves out
+    (', "note": "12:30", "loss": 9.0}', True),  # a colon in a string beside a repeated key
+    (', "note": "12:30"}', False),  # a colon in a string alone: more colons than keys, and no key twice
+    (', "loss" : 9.0}', True),  # a space before the colon
+])
+def test_duplicate_keys_found_however_the_colons_fall(tail, repeated):
+    text = GOOD[:-1] + tail
+    if repeated:
+        assert refused(text).error_kind == "duplicate_key"
+    else:
+        assert decode_epoch(text.encode()).warnings == []
+
+
 def test_deeply_nested_document_is_refused():
     assert refused(GOOD[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}").error_kind == "invalid_json"
