@@ -400,18 +400,29 @@ def _inventory_errors(run_id: str, skipped: list[SkippedEntry]) -> pl.DataFrame:
 
 def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _Outcome],
                skipped: list[SkippedEntry]) -> pl.DataFrame:
-    rows = [
-        {"run_id": run_id, "source_path": path, "layout": f.layout, "epoch_in_name": f.epoch_in_name,
-         "size_bytes": f.size, "mtime": datetime.fromtimestamp(f.mtime_ns / 1e9, tz=timezone.utc),
-         "status": outcomes[path].status, "reason": outcomes[path].reason}
-        for path, f in sorted(current.items())
-    ]
-    rows += [
-        {"run_id": run_id, "source_path": s.source_path, "layout": None, "epoch_in_name": None,
-         "size_bytes": None, "mtime": None, "status": "skipped", "reason": s.reason}
-        for s in skipped
-    ]
-    return pl.DataFrame(rows, schema=FILE_COLUMNS)
+    """One row per entry of the run folder: its epoch files with what became of them, then what was skipped."""
+    paths = sorted(current)
+    files = [current[path] for path in paths]
+    done = [outcomes[path] for path in paths]
+    listed = pl.DataFrame(
+        {
+            "run_id": [run_id] * len(paths),
+            "source_path": paths,
+            "layout": [f.layout for f in files],
+            "epoch_in_name": [f.epoch_in_name for f in files],
+            "size_bytes": [f.size for f in files],
+            "mtime": (pl.Series([f.mtime_ns for f in files], dtype=pl.Int64) // 1000).cast(FILE_COLUMNS["mtime"]),
+            "status": [o.status for o in done],
+            "reason": [o.reason for o in done],
+        },
+        schema=FILE_COLUMNS,
+    )
+    others = pl.DataFrame(
+        {"run_id": [run_id] * len(skipped), "source_path": [s.source_path for s in skipped],
+         "status": ["skipped"] * len(skipped), "reason": [s.reason for s in skipped]},
+        schema={name: FILE_COLUMNS[name] for name in ("run_id", "source_path", "status", "reason")},
+    )
+    return pl.concat([listed, others], how="diagonal_relaxed").select(list(FILE_COLUMNS))
 
 
 def _result(run_id, changed, parsed, quarantined: int, lake: Path, started: float,

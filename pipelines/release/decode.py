@@ -87,7 +87,12 @@ def _keys_outside_lists(doc: Any) -> int:
     """How many keys the document's objects hold, not counting objects inside lists (at most all of them)."""
     if type(doc) is not dict:
         return 0
-    return len(doc) + sum(_keys_outside_lists(value) for value in doc.values() if type(value) is dict)
+    count, objects = 0, [doc]
+    while objects:
+        obj = objects.pop()
+        count += len(obj)
+        objects += [value for value in obj.values() if type(value) is dict]
+    return count
 
 
 def _may_hold_duplicate_keys(data: bytes, doc: Any) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 import polars as pl
@@ -183,9 +184,10 @@ class _Shape:
 
     keys: tuple[str, ...]
     types: tuple[type, ...]
-    scalar_extras: tuple[tuple[str, str], ...]  # (key, column) of scalar extras
-    nested: tuple[tuple[str, str], ...]  # (key, column) of extras kept as JSON text
-    arrays: tuple[tuple[str, str], ...]  # (key, column) of per-trajectory extras
+    row: Callable[[dict], tuple]  # the epoch row's values, in the order of row_columns
+    row_columns: tuple[tuple[str, str], ...]  # ("epoch" | "scalar" | "nested", column) for each value of row
+    lists: Callable[[dict], tuple]  # trajectory_ids, rewards, advantages and the per-trajectory extras
+    list_columns: tuple[list, ...]  # the column each of those lists extends
     short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
 
 
@@ -195,8 +197,9 @@ class RunColumns:
     add() takes a decoded EpochDoc. add_parsed() takes the parsed JSON of a document directly, when the document
     has exactly the keys, key order and value types of the first one it took (the usual case: one writer wrote
     every epoch of a run), and then does no per-value work: the types of the values inside the per-trajectory
-    lists are checked once per column by frames(). A document it declines goes through decode_epoch and add();
-    when a column check fails, frames() returns None and the caller decodes the documents one by one instead.
+    lists are checked once per column by frames(), and the epoch rows it keeps as tuples become columns in bulk.
+    A document it declines goes through decode_epoch and add(); when a column check fails, frames() returns None
+    and the caller decodes the documents one by one instead.
     """
 
     def __init__(self, run_id: str):
@@ -206,8 +209,9 @@ class RunColumns:
         self.traj_cols: dict[str, list] = {"trajectory_id": [], "reward": [], "advantage": []}
         self.scalar_extras: dict[str, list] = {}
         self.array_extras: dict[str, list] = {}
-        self.n_epochs = self.n_traj = 0
+        self.n_epochs = self.n_traj = 0  # n_epochs: documents whose epoch row is in the columns
         self._shape: _Shape | None = None
+        self._rows: list[tuple] = []  # epoch rows of documents add_parsed took, not yet in the columns
         self._array_types: dict[str, set[type]] = {}  # the value types of each per-trajectory extra, once checked
         self._declined = False  # the first document the fast path saw could not set a shape
 
@@ -234,12 +238,29 @@ class RunColumns:
     def _pad(self) -> None:
         for column in self.scalar_extras.values():
             if len(column) < self.n_epochs:
-                column.append(None)
+                column.extend([None] * (self.n_epochs - len(column)))
         for column in self.array_extras.values():
             if len(column) < self.n_traj:
                 column.extend([None] * (self.n_traj - len(column)))
 
+    def _flush(self) -> None:
+        """Moves the epoch rows add_parsed kept into the columns, one column at a time."""
+        rows, shape = self._rows, self._shape
+        if not rows:
+            return
+        for (kind, name), values in zip(shape.row_columns, zip(*rows)):
+            if kind == "epoch":
+                self.epoch_cols[name].extend(values)
+            elif kind == "scalar":
+                self._scalar_column(name).extend(values)
+            else:
+                self._scalar_column(name).extend([JsonText(_NESTED_ENCODER.encode(v)) for v in values])
+        self.n_epochs += len(rows)
+        self._rows = []
+        self._pad()
+
     def add(self, file: EpochFile, doc: EpochDoc) -> None:
+        self._flush()
         n = doc.n_trajectories
         self._file(file, n)
         cols = self.epoch_cols
@@ -274,21 +295,29 @@ class RunColumns:
         n = len(doc["trajectory_ids"])
         if n == 0:
             return None
-        scalars, nested, arrays, short = [], [], [], []
+        row_keys = ["epoch", *DOCUMENTED_SCALARS, "snapshot_id"]
+        row_columns = [("epoch", key) for key in row_keys]
+        nested, list_keys, short = [], ["trajectory_ids", "rewards", "advantages"], []
+        list_columns = [self.traj_cols["trajectory_id"], self.traj_cols["reward"], self.traj_cols["advantage"]]
         for key, value in doc.items():
             if key in DOCUMENTED_KEYS:
                 continue
             kind = type(value)
             if kind in SCALAR_TYPES:
-                scalars.append((key, extra_column_name(key, EPOCH_COLUMNS)))
+                row_keys.append(key)
+                row_columns.append(("scalar", extra_column_name(key, EPOCH_COLUMNS)))
             elif kind is list and len(value) == n:
-                arrays.append((key, extra_column_name(key, TRAJECTORY_COLUMNS)))
+                list_keys.append(key)
+                list_columns.append(self._array_column(extra_column_name(key, TRAJECTORY_COLUMNS)))
             else:
-                nested.append((key, extra_column_name(key, EPOCH_COLUMNS)))
+                nested.append(key)
                 if kind is list:
                     short.append(key)
-        return _Shape(tuple(doc), tuple(map(type, doc.values())), tuple(scalars), tuple(nested), tuple(arrays),
-                      tuple(short))
+        # Nested extras after the scalar ones, as add() makes their columns.
+        row_keys += nested
+        row_columns += [("nested", extra_column_name(key, EPOCH_COLUMNS)) for key in nested]
+        return _Shape(tuple(doc), tuple(map(type, doc.values())), itemgetter(*row_keys), tuple(row_columns),
+                      itemgetter(*list_keys), tuple(list_columns), tuple(short))
 
     def add_parsed(self, file: EpochFile, doc) -> bool:
         """Adds the parsed JSON of one document if it has the run's shape; False (nothing added) if not."""
@@ -296,6 +325,7 @@ class RunColumns:
         if shape is None:
             if self._declined or type(doc) is not dict:
                 return False
+            self._flush()
             shape = self._shape = self._shape_of(doc)
             if shape is None:
                 self._declined = True
@@ -304,30 +334,18 @@ class RunColumns:
             return False
         if doc["epoch"] != file.epoch_in_name:
             return False
-        ids = doc["trajectory_ids"]
-        n = len(ids)
-        if len(doc["rewards"]) != n or len(doc["advantages"]) != n:
-            return False
-        if any(len(doc[key]) != n for key, _ in shape.arrays) or any(len(doc[key]) == n for key in shape.short_lists):
+        lists = shape.lists(doc)
+        n = len(lists[0])
+        if len(set(map(len, lists))) != 1 or any(len(doc[key]) == n for key in shape.short_lists):
             return False
         self._file(file, n)
-        cols = self.epoch_cols
-        cols["epoch"].append(doc["epoch"])
-        for key in DOCUMENTED_SCALARS:
-            cols[key].append(doc[key])
-        cols["snapshot_id"].append(doc["snapshot_id"])
-        for key, name in shape.scalar_extras:
-            self._scalar_column(name).append(doc[key])
-        for key, name in shape.nested:
-            self._scalar_column(name).append(JsonText(_NESTED_ENCODER.encode(doc[key])))
-        self.n_epochs += 1
-        self.traj_cols["trajectory_id"].extend(ids)
-        self.traj_cols["reward"].extend(doc["rewards"])
-        self.traj_cols["advantage"].extend(doc["advantages"])
-        for key, name in shape.arrays:
-            self._array_column(name).extend(doc[key])
+        self._rows.append(shape.row(doc))
+        for column, values in zip(shape.list_columns, lists):
+            column.extend(values)
         self.n_traj += n
-        self._pad()
+        for column in self.array_extras.values():
+            if len(column) < self.n_traj:  # a per-trajectory extra of other documents, absent here
+                column.extend([None] * (self.n_traj - len(column)))
         return True
 
     def _columns_hold_what_decode_allows(self) -> bool:
@@ -347,6 +365,7 @@ class RunColumns:
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, ColumnKinds]] | None:
         """The run's epoch and trajectory frames, and per table the extra columns kept as JSON text."""
+        self._flush()
         if self._shape is not None and not self._columns_hold_what_decode_allows():
             return None
         kinds: dict[str, ColumnKinds] = {"epochs": {}, "trajectories": {}}
