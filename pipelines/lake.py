@@ -254,7 +254,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         changed = [
             f for f in listing.epoch_files
             if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
-            or _worth_retrying(o, f, max_file_bytes)
+            or o["status"] == "quarantined" and _worth_retrying(o, f, max_file_bytes)
         ]
         removed = files.keys() - current.keys()
         partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))

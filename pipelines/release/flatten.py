@@ -187,7 +187,7 @@ class _Shape:
     row: Callable[[dict], tuple]  # the epoch row's values, in the order of row_columns
     row_columns: tuple[tuple[str, str], ...]  # ("epoch" | "scalar" | "nested", column) for each value of row
     lists: Callable[[dict], tuple]  # trajectory_ids, rewards, advantages and the per-trajectory extras
-    list_columns: tuple[list, ...]  # the column each of those lists extends
+    list_columns: tuple[str, ...]  # the column each of those lists extends (the extras' columns)
     short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
 
 
@@ -212,6 +212,7 @@ class RunColumns:
         self.n_epochs = self.n_traj = 0  # n_epochs: documents whose epoch row is in the columns
         self._shape: _Shape | None = None
         self._rows: list[tuple] = []  # epoch rows of documents add_parsed took, not yet in the columns
+        self._lists: tuple[list, ...] = ()  # the lists add_parsed extends, made when it takes its first document
         self._array_types: dict[str, set[type]] = {}  # the value types of each per-trajectory extra, once checked
         self._declined = False  # the first document the fast path saw could not set a shape
 
@@ -297,8 +298,7 @@ class RunColumns:
             return None
         row_keys = ["epoch", *DOCUMENTED_SCALARS, "snapshot_id"]
         row_columns = [("epoch", key) for key in row_keys]
-        nested, list_keys, short = [], ["trajectory_ids", "rewards", "advantages"], []
-        list_columns = [self.traj_cols["trajectory_id"], self.traj_cols["reward"], self.traj_cols["advantage"]]
+        nested, list_keys, list_columns, short = [], ["trajectory_ids", "rewards", "advantages"], [], []
         for key, value in doc.items():
             if key in DOCUMENTED_KEYS:
                 continue
@@ -308,7 +308,7 @@ class RunColumns:
                 row_columns.append(("scalar", extra_column_name(key, EPOCH_COLUMNS)))
             elif kind is list and len(value) == n:
                 list_keys.append(key)
-                list_columns.append(self._array_column(extra_column_name(key, TRAJECTORY_COLUMNS)))
+                list_columns.append(extra_column_name(key, TRAJECTORY_COLUMNS))
             else:
                 nested.append(key)
                 if kind is list:
@@ -338,9 +338,13 @@ class RunColumns:
         n = len(lists[0])
         if len(set(map(len, lists))) != 1 or any(len(doc[key]) == n for key in shape.short_lists):
             return False
+        if not self._lists:  # made now, not with the shape: columns appear in the order documents bring them
+            extras = [self._array_column(name) for name in shape.list_columns]
+            self._lists = (self.traj_cols["trajectory_id"], self.traj_cols["reward"], self.traj_cols["advantage"],
+                           *extras)
         self._file(file, n)
         self._rows.append(shape.row(doc))
-        for column, values in zip(shape.list_columns, lists):
+        for column, values in zip(self._lists, lists):
             column.extend(values)
         self.n_traj += n
         for column in self.array_extras.values():
