@@ -7,7 +7,7 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -479,7 +479,18 @@ def ingest_runs(
 
     waiting: RunListing | None = None  # the first run to parse, held until a second shows that a pool pays
     pool: ProcessPoolExecutor | None = None
-    futures = []
+    futures: set = set()
+
+    def submit(listing: RunListing) -> None:
+        # A few runs ahead of the workers, no more: a listing holds an object per file, and all of a large
+        # release's listings queued at once would hold the whole release's file list in this process.
+        while len(futures) >= 2 * workers:
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                futures.remove(future)
+                done(future.result())
+        futures.add(pool.submit(ingest_run, listing, lake, max_file_bytes))
+
     try:
         for run in runs:
             listing = list_run(run)
@@ -494,9 +505,9 @@ def ingest_runs(
                     # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not
                     # survive fork.
                     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-                    futures.append(pool.submit(ingest_run, waiting, lake, max_file_bytes))
+                    submit(waiting)
                     waiting = None
-                futures.append(pool.submit(ingest_run, listing, lake, max_file_bytes))
+                submit(listing)
         if waiting is not None:
             done(ingest_run(waiting, lake, max_file_bytes))
         for future in as_completed(futures):

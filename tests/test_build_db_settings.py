@@ -13,7 +13,7 @@ def test_the_memory_limit_comes_from_the_configuration_and_spills_go_under_build
     monkeypatch.delenv(ENV_MEMORY_LIMIT, raising=False)
     # DuckDB reports 1000 * 2**20 bytes ("1000MB") in binary units
     assert settings(tmp_path, memory_limit="1000MB") == ("953.6 MiB", str(tmp_path / ".build" / "tmp"))
-    assert settings(tmp_path)[0] == "1.8 GiB"  # the default, 2GB
+    assert settings(tmp_path)[0] == "488.2 MiB"  # the default, 512MB
     monkeypatch.setenv(ENV_MEMORY_LIMIT, "500MB")
     assert WarehouseConfig.from_env().duckdb_memory_limit == "500MB"
     assert settings(tmp_path, read_only=True)[0] == "476.8 MiB"
