@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson

@@ -10,7 +10,7 @@ from operator import itemgetter
 import numpy as np
 import polars as pl
 
-from pipelines.release.decode import DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc, Scalar
+from pipelines.release.decode import DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc
 from pipelines.release.discover import EpochFile
 
 EPOCH_COLUMNS = {
