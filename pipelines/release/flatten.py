@@ -198,7 +198,7 @@ class RunColumns:
     has exactly the keys, key order and value types of the first one it took (the usual case: one writer wrote
     every epoch of a run), and then does no per-value work: the types of the values inside the per-trajectory
     lists are checked once per column by frames(), and the epoch rows it keeps as tuples become columns in bulk.
-    A document it declines goes through decode_epoch and add(); when a column check fails, frames() returns None
+    A document it declines goes through decode_parsed and add(); when a column check fails, frames() returns None
     and the caller decodes the documents one by one instead.
     """
 
