@@ -260,5 +260,8 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
         elif isinstance(value, list) and len(value) == n and n > 0 and set(map(type, value)) <= SCALAR_TYPES:
             parsed.array_extras[key] = value
         else:
-            parsed.json_extras[key] = json.dumps(value, allow_nan=True, sort_keys=True)
+            try:
+                parsed.json_extras[key] = json.dumps(value, allow_nan=True, sort_keys=True)
+            except RecursionError:  # parsed (orjson goes deeper than Python), but too deep to store as text
+                raise DecodeError("invalid_json", f"`{key}` is nested too deeply to store") from None
     return parsed

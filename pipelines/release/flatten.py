@@ -185,7 +185,8 @@ class _Shape:
     keys: tuple[str, ...]
     types: tuple[type, ...]
     row: Callable[[dict], tuple]  # the epoch row's values, in the order of row_columns
-    row_columns: tuple[tuple[str, str], ...]  # ("epoch" | "scalar" | "nested", column) for each value of row
+    row_columns: tuple[tuple[str, str], ...]  # ("epoch" | "extra", column) for each value of row
+    n_nested: int  # the row's last n_nested values are nested extras, stored as JSON text
     lists: Callable[[dict], tuple]  # trajectory_ids, rewards, advantages and the per-trajectory extras
     list_columns: tuple[str, ...]  # the column each of those lists extends (the extras' columns)
     short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
@@ -252,10 +253,8 @@ class RunColumns:
         for (kind, name), values in zip(shape.row_columns, zip(*rows)):
             if kind == "epoch":
                 self.epoch_cols[name].extend(values)
-            elif kind == "scalar":
-                self._scalar_column(name).extend(values)
             else:
-                self._scalar_column(name).extend([JsonText(_NESTED_ENCODER.encode(v)) for v in values])
+                self._scalar_column(name).extend(values)
         self.n_epochs += len(rows)
         self._rows = []
         self._pad()
@@ -305,7 +304,7 @@ class RunColumns:
             kind = type(value)
             if kind in SCALAR_TYPES:
                 row_keys.append(key)
-                row_columns.append(("scalar", extra_column_name(key, EPOCH_COLUMNS)))
+                row_columns.append(("extra", extra_column_name(key, EPOCH_COLUMNS)))
             elif kind is list and len(value) == n:
                 list_keys.append(key)
                 list_columns.append(extra_column_name(key, TRAJECTORY_COLUMNS))
@@ -315,9 +314,9 @@ class RunColumns:
                     short.append(key)
         # Nested extras after the scalar ones, as add() makes their columns.
         row_keys += nested
-        row_columns += [("nested", extra_column_name(key, EPOCH_COLUMNS)) for key in nested]
+        row_columns += [("extra", extra_column_name(key, EPOCH_COLUMNS)) for key in nested]
         return _Shape(tuple(doc), tuple(map(type, doc.values())), itemgetter(*row_keys), tuple(row_columns),
-                      itemgetter(*list_keys), tuple(list_columns), tuple(short))
+                      len(nested), itemgetter(*list_keys), tuple(list_columns), tuple(short))
 
     def add_parsed(self, file: EpochFile, doc) -> bool:
         """Adds the parsed JSON of one document if it has the run's shape; False (nothing added) if not."""
@@ -338,12 +337,19 @@ class RunColumns:
         n = len(lists[0])
         if len(set(map(len, lists))) != 1 or any(len(doc[key]) == n for key in shape.short_lists):
             return False
+        row = shape.row(doc)
+        if shape.n_nested:
+            try:
+                nested = [JsonText(_NESTED_ENCODER.encode(value)) for value in row[-shape.n_nested:]]
+            except (RecursionError, ValueError):  # nested too deeply to encode: decode_parsed says why
+                return False
+            row = (*row[:-shape.n_nested], *nested)
         if not self._lists:  # made now, not with the shape: columns appear in the order documents bring them
             extras = [self._array_column(name) for name in shape.list_columns]
             self._lists = (self.traj_cols["trajectory_id"], self.traj_cols["reward"], self.traj_cols["advantage"],
                            *extras)
         self._file(file, n)
-        self._rows.append(shape.row(doc))
+        self._rows.append(row)
         for column, values in zip(self._lists, lists):
             column.extend(values)
         self.n_traj += n

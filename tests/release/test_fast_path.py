@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ DEPARTURES = (
     "reward_str", "reward_bool", "reward_int", "reward_huge_int", "reward_none", "id_int", "per_traj_nested",
     "per_traj_short", "loss_int", "loss_none", "loss_str", "key_order", "drop_extra", "new_extra", "wrong_epoch",
     "short_list_is_n", "epoch_float", "snapshot_none", "no_trajectories", "all_int_rewards", "nan_reward",
+    "deep_nested",
 )
 
 
@@ -78,6 +80,8 @@ def runs(draw) -> list[tuple[int, dict | str]]:
             doc = epoch_document(epoch, n=0)
         elif how == "all_int_rewards":
             doc["rewards"] = [1] * n
+        elif how == "deep_nested":  # orjson parses it; Python cannot encode it back to text
+            text = json.dumps(doc | {"config": "DEEP"}).replace('"DEEP"', "[" * 1000 + "]" * 1000)
         elif how == "nan_reward":
             text = json.dumps(doc).replace('"rewards": [0.0', '"rewards": [NaN', 1)
         documents.append((epoch, text if text is not None else doc))
@@ -137,6 +141,20 @@ def test_the_fast_path_loads_and_refuses_what_decoding_one_by_one_does(documents
         assert set(errors["source_path"]) == refused
         same_rows(lake_table(lake, "epochs"), epochs, ["epoch"])
         same_rows(lake_table(lake, "trajectories"), trajectories, ["epoch", "traj_index"])
+
+
+@pytest.mark.parametrize("deep_epoch", [0, 1])
+def test_an_extra_nested_too_deeply_to_store_is_quarantined_not_a_crash(tmp_path, deep_epoch):
+    """orjson parses 1,000 levels of nesting, Python's encoder cannot store them as text (first document or not)."""
+    run_dir, lake = tmp_path / "rel" / "run", tmp_path / "lake"
+    for epoch in range(3):
+        text = json.dumps(epoch_document(epoch, n=2, config="DEEP" if epoch == deep_epoch else [1]))
+        write_epoch_file(run_dir, epoch, text.replace('"DEEP"', "[" * 1000 + "]" * 1000))
+    ingest_run(list_run(find_run_folders([run_dir.parent])[0]["run"]), lake, LIMIT)
+    assert lake_table(lake, "epochs")["epoch"].to_list() == [e for e in range(3) if e != deep_epoch]
+    (error,) = lake_table(lake, "errors").rows(named=True)
+    assert (error["epoch"], error["error_kind"]) == (deep_epoch, "invalid_json")
+    assert "`config` is nested too deeply" in error["message"]
 
 
 def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_sends_the_run_one_by_one(tmp_path):
