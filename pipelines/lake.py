@@ -6,8 +6,9 @@ import multiprocessing
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,22 +198,26 @@ def _parse_file(file: EpochFile, max_file_bytes: int) -> tuple[object, list[tupl
     if file.size > max_file_bytes:
         raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes} (max_file_bytes)")
     data = read_epoch_file(file, max_file_bytes)
-    try:
+    with _failures_as_invalid_json():
         return parse_document(data)
+
+
+@contextmanager
+def _failures_as_invalid_json() -> Iterator[None]:
+    """A parser's or checker's own failure on hostile input is the file's problem: it must not stop the run's
+    other files."""
+    try:
+        yield
     except DecodeError:
         raise
-    except Exception as exc:  # a parser's own failure on hostile input must not stop the run's other files
+    except Exception as exc:
         raise DecodeError("invalid_json", f"cannot be decoded: {type(exc).__name__}: {exc}"[:300]) from None
 
 
 def _check_document(file: EpochFile, parsed: object, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
     """The document checked key by key and value by value (decode_parsed), and against its file's name."""
-    try:
+    with _failures_as_invalid_json():
         doc = decode_parsed(parsed, parse_warnings)
-    except DecodeError:
-        raise
-    except Exception as exc:
-        raise DecodeError("invalid_json", f"cannot be decoded: {type(exc).__name__}: {exc}"[:300]) from None
     if doc.epoch != file.epoch_in_name:
         raise DecodeError(
             "epoch_mismatch", f"the file says epoch {doc.epoch} but its name says epoch {file.epoch_in_name}"
