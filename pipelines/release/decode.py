@@ -182,6 +182,17 @@ def parse_json(data: bytes) -> Any:
     return parse_document(data)[0]
 
 
+# The stdlib encoder for nested extras: its text (`{"a": 1e-05}`) is what the lake has always stored. One encoder,
+# not json.dumps per value, which builds a new one for every call with these options.
+_NESTED_ENCODER = json.JSONEncoder(allow_nan=True, sort_keys=True)
+
+
+def nested_json_text(value: Any) -> str:
+    """The JSON text stored for an extra that is neither a scalar nor a per-trajectory list; RecursionError when it
+    is nested too deeply for Python's encoder (orjson parses deeper)."""
+    return _NESTED_ENCODER.encode(value)
+
+
 def _number_list(doc: dict, key: str) -> list[float | None]:
     values = doc[key]
     if not isinstance(values, list):
@@ -261,7 +272,7 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
             parsed.array_extras[key] = value
         else:
             try:
-                parsed.json_extras[key] = json.dumps(value, allow_nan=True, sort_keys=True)
+                parsed.json_extras[key] = nested_json_text(value)
             except RecursionError:  # parsed (orjson goes deeper than Python), but too deep to store as text
                 raise DecodeError("invalid_json", f"`{key}` is nested too deeply to store") from None
     return parsed

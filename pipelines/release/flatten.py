@@ -10,7 +10,9 @@ from operator import itemgetter
 import numpy as np
 import polars as pl
 
-from pipelines.release.decode import DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc
+from pipelines.release.decode import (
+    DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc, nested_json_text,
+)
 from pipelines.release.discover import EpochFile
 
 EPOCH_COLUMNS = {
@@ -158,11 +160,6 @@ def _per_trajectory(run_id: str, epoch_cols: dict[str, list]) -> dict[str, pl.Se
 def _mtimes(mtime_ns: list[int]) -> pl.Series:
     # Whole microseconds, as the Parquet column holds them; in bulk, not a datetime object per document.
     return (pl.Series(mtime_ns, dtype=pl.Int64) // 1000).cast(pl.Datetime("us", "UTC"))
-
-
-# The stdlib encoder for nested extras: its text (`{"a": 1e-05}`) is what the lake has always stored. One encoder,
-# not json.dumps per value, which builds a new one for every call with these options.
-_NESTED_ENCODER = json.JSONEncoder(allow_nan=True, sort_keys=True)
 
 
 def _as_floats(values: list) -> list | None:
@@ -340,7 +337,7 @@ class RunColumns:
         row = shape.row(doc)
         if shape.n_nested:
             try:
-                nested = [JsonText(_NESTED_ENCODER.encode(value)) for value in row[-shape.n_nested:]]
+                nested = [JsonText(nested_json_text(value)) for value in row[-shape.n_nested:]]
             except (RecursionError, ValueError):  # nested too deeply to encode: decode_parsed says why
                 return False
             row = (*row[:-shape.n_nested], *nested)
