@@ -18,7 +18,9 @@ from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
 from pipelines.release.discover import EpochFile, RunFolder, RunListing, SkippedEntry, list_run, resolve_inside
-from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, combine, drift_notes
+from pipelines.release.flatten import (
+    EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, combine, drift_notes, mtime_column,
+)
 
 LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
 RUN_TABLES = ("epochs", "trajectories", "errors", "files")
@@ -415,7 +417,7 @@ def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _
             "layout": [f.layout for f in files],
             "epoch_in_name": [f.epoch_in_name for f in files],
             "size_bytes": [f.size for f in files],
-            "mtime": (pl.Series([f.mtime_ns for f in files], dtype=pl.Int64) // 1000).cast(FILE_COLUMNS["mtime"]),
+            "mtime": mtime_column([f.mtime_ns for f in files]),
             "status": [o.status for o in done],
             "reason": [o.reason for o in done],
         },

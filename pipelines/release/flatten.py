@@ -157,8 +157,9 @@ def _per_trajectory(run_id: str, epoch_cols: dict[str, list]) -> dict[str, pl.Se
     }
 
 
-def _mtimes(mtime_ns: list[int]) -> pl.Series:
-    # Whole microseconds, as the Parquet column holds them; in bulk, not a datetime object per document.
+def mtime_column(mtime_ns: list[int]) -> pl.Series:
+    """File mtimes (ns) as a UTC timestamp column: whole microseconds, as Parquet holds them; in bulk, not a
+    datetime object per file."""
     return (pl.Series(mtime_ns, dtype=pl.Int64) // 1000).cast(pl.Datetime("us", "UTC"))
 
 
@@ -238,6 +239,10 @@ class RunColumns:
         for column in self.scalar_extras.values():
             if len(column) < self.n_epochs:
                 column.extend([None] * (self.n_epochs - len(column)))
+        self._pad_arrays()
+
+    def _pad_arrays(self) -> None:
+        """Per-trajectory extras of other documents, absent from the last one, get nulls for its trajectories."""
         for column in self.array_extras.values():
             if len(column) < self.n_traj:
                 column.extend([None] * (self.n_traj - len(column)))
@@ -350,9 +355,7 @@ class RunColumns:
         for column, values in zip(self._lists, lists):
             column.extend(values)
         self.n_traj += n
-        for column in self.array_extras.values():
-            if len(column) < self.n_traj:  # a per-trajectory extra of other documents, absent here
-                column.extend([None] * (self.n_traj - len(column)))
+        self._pad_arrays()  # its epoch row joins the columns, and is padded, when the rows are flushed
         return True
 
     def _columns_hold_what_decode_allows(self) -> bool:
@@ -388,7 +391,7 @@ class RunColumns:
                     kinds[table][name] = types
             return pl.DataFrame(columns)
 
-        epoch_base = {**self.epoch_cols, "source_mtime": _mtimes(self.mtime_ns)}
+        epoch_base = {**self.epoch_cols, "source_mtime": mtime_column(self.mtime_ns)}
         trajectory_base = {**self.traj_cols, **_per_trajectory(self.run_id, self.epoch_cols)}
         return (
             frame("epochs", epoch_base, EPOCH_COLUMNS, self.scalar_extras),
