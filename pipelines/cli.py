@@ -178,7 +178,7 @@ def _build_locked(warehouse: Path) -> int:
         keys = instance.get_dynamic_partitions(run_partitions.name)
         blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
         run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
-        lake_keys = _partitioned_keys(definitions)
+        lake_keys = _asset_keys(definitions, partitioned=True)
         # Blocks apart from the last are ingested on their own; the last goes with every other asset.
         for block in blocks[:-1]:
             result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
@@ -191,7 +191,7 @@ def _build_locked(warehouse: Path) -> int:
                                                 tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
             else:
                 result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                                asset_selection=_unpartitioned_keys(definitions))
+                                                asset_selection=_asset_keys(definitions, partitioned=False))
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
@@ -227,14 +227,10 @@ def _partition_blocks(keys: list[str], selected: set[str], max_gap: int) -> list
     return blocks
 
 
-def _unpartitioned_keys(definitions) -> list:
+def _asset_keys(definitions, partitioned: bool) -> list:
+    """The keys of the partitioned assets (the run lake), or of every other asset."""
     graph = definitions.resolve_asset_graph()
-    return [key for key in graph.get_all_asset_keys() if graph.get(key).partitions_def is None]
-
-
-def _partitioned_keys(definitions) -> list:
-    graph = definitions.resolve_asset_graph()
-    return [key for key in graph.get_all_asset_keys() if graph.get(key).partitions_def is not None]
+    return [key for key in graph.get_all_asset_keys() if (graph.get(key).partitions_def is not None) == partitioned]
 
 
 def print_summary(warehouse: Path, seconds: float) -> None:
