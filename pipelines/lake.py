@@ -92,7 +92,8 @@ class _Outcome:
     epoch: int | None
 
 
-def _read_manifest(lake: Path, run_id: str) -> dict:
+def read_manifest(lake: Path, run_id: str) -> dict:
+    """A run's manifest as the lake last wrote it; {} when there is none, or it is unreadable or of another format."""
     path = manifest_file(lake, run_id)
     try:
         manifest = orjson.loads(path.read_bytes())  # orjson wrote it; read every build, for every run
@@ -251,7 +252,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
     lake = Path(lake)
     (lake / ".locks").mkdir(parents=True, exist_ok=True)
     with FileLock(lake / ".locks" / f"{run_id}.lock"):
-        previous = _read_manifest(lake, run_id)
+        previous = read_manifest(lake, run_id)
         # The manifest's entries are compared as they were read: a no-change build does this for every file of
         # every run, and builds no object per file.
         files: dict[str, dict] = previous.get("files", {})

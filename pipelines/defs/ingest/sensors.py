@@ -13,7 +13,7 @@ import dagster as dg
 from pipelines.defs.ingest import assets as ingest_assets
 from pipelines.defs.ingest.partitions import run_partitions
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import LAKE_FORMAT, manifest_file
+from pipelines.lake import read_manifest
 from pipelines.release.discover import find_run_folders, list_run
 from pipelines.warehouse_db import lake_dir
 
@@ -77,12 +77,7 @@ def dump_cursor(tick: int, state: dict[str, RunWatch]) -> str:
 
 def _ingested_stats(lake: Path, run_id: str) -> dict[str, Stat]:
     """The files the lake already holds for a run, at the stat they were parsed at (from its manifest)."""
-    try:
-        manifest = json.loads(manifest_file(lake, run_id).read_text())
-    except (OSError, ValueError):
-        return {}
-    if manifest.get("format") != LAKE_FORMAT:
-        return {}
+    manifest = read_manifest(lake, run_id)
     return {path: (o["size"], o["mtime_ns"]) for path, o in manifest.get("files", {}).items()}
 
 
