@@ -49,8 +49,10 @@ gets advantage 0.0. ``mean_reward`` is the mean of the epoch's finite rewards.
 logging it late), so loaders must cope with keys that come and go.
 
 Files are written by ``json.dumps`` (NaN tokens allowed), each to a temporary
-name in its folder and then ``os.replace``d into place. The same (seed, scale)
-gives byte-identical files: every run draws from
+name in its folder and then ``os.replace``d into place, with the mtime of the
+moment its epoch ended (the time in its snapshot id), as a release unpacked from
+an archive has. The same (seed, scale) gives byte-identical files with the same
+mtimes: every run draws from
 ``numpy.random.default_rng([seed, crc32(run_id)])``. ``scale=K`` adds replicates
 k=1..K-1 in releases ``<release>_s{k:03d}`` with run ids suffixed ``_s{k:03d}``.
 """
@@ -233,7 +235,7 @@ def _report(progress: Callable[[str], None] | None, message: str) -> None:
         progress(message)
 
 
-def _write_atomic(path: Path | str, payload: bytes) -> None:
+def _write_atomic(path: Path | str, payload: bytes, mtime_ns: int | None = None) -> None:
     """Writes beside the target under a hidden name, then renames: readers never see half a file."""
     path = str(path)
     folder, name = os.path.split(path)
@@ -241,9 +243,23 @@ def _write_atomic(path: Path | str, payload: bytes) -> None:
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(descriptor, payload)
+        if mtime_ns is not None:
+            os.utime(descriptor, ns=(mtime_ns, mtime_ns))
     finally:
         os.close(descriptor)
     os.replace(temporary, path)
+
+
+_CROCKFORD_VALUE = {chr(c): i for i, c in enumerate(CROCKFORD_ALPHABET.tolist())}
+
+
+def snapshot_time_ms(snapshot_id: str) -> int:
+    """The Unix time in ms a ULID-shaped id encodes (its first 10 Crockford base-32 characters)."""
+    code = snapshot_id.rsplit("_", 1)[-1]
+    value = 0
+    for char in code[:10]:
+        value = value * 32 + _CROCKFORD_VALUE[char]
+    return value
 
 
 def _write_run_job(job: tuple[str, int, RunSpec, int]) -> str:
@@ -255,13 +271,15 @@ def _write_run_job(job: tuple[str, int, RunSpec, int]) -> str:
     documents = build_run_documents(spec, rng)
     for epoch, document in enumerate(documents):
         payload = json.dumps(document).encode()
+        # Each file carries the time its epoch ended (the snapshot id's), as a release unpacked from its archive.
+        ended_ns = snapshot_time_ms(document["snapshot_id"]) * 10**6
         if spec.nested_layout:
             epoch_dir = os.path.join(run_dir, f"epoch_{epoch:03d}")
             os.makedirs(epoch_dir, exist_ok=True)
-            _write_atomic(os.path.join(epoch_dir, "results.json"), payload)
-            _write_atomic(os.path.join(epoch_dir, "config.json"), _epoch_config(spec, epoch, document["lr"]))
+            _write_atomic(os.path.join(epoch_dir, "results.json"), payload, ended_ns)
+            _write_atomic(os.path.join(epoch_dir, "config.json"), _epoch_config(spec, epoch, document["lr"]), ended_ns)
         else:
-            _write_atomic(os.path.join(run_dir, f"epoch_{epoch:03d}_results.json"), payload)
+            _write_atomic(os.path.join(run_dir, f"epoch_{epoch:03d}_results.json"), payload, ended_ns)
     return f"wrote {release_name(spec.release, replicate)}/{run_id} ({len(documents)} epochs)"
 
 

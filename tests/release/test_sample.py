@@ -13,6 +13,7 @@ from pipelines.release.sample import (
     MULTI_TARGET_RELEASE,
     SAMPLE_VERSION,
     ensure_sample,
+    snapshot_time_ms,
     write_sample,
 )
 
@@ -50,6 +51,10 @@ def documents(sample_dir) -> dict[str, list[dict]]:
 
 def file_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def file_mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*.json"))}
 
 
 def test_write_sample_returns_the_two_release_folders(written_sample):
@@ -224,9 +229,35 @@ def test_files_are_realistically_small(sample_dir):
     assert 4_000 < np.mean(sizes) < 9_000
 
 
+def test_snapshot_time_ms_decodes_the_ulid_timestamp():
+    # The ULID specification's example: 01ARYZ6S41 is 1469918176385 ms.
+    assert snapshot_time_ms("ft_snap_01ARYZ6S41TSV4RRFFQ69G5FAV") == 1469918176385
+    assert snapshot_time_ms("ft_snap_0000000001XXXXXXXXXXXXXXXX") == 1
+    assert snapshot_time_ms("ft_snap_0000000010XXXXXXXXXXXXXXXX") == 32
+
+
+def test_each_epoch_file_has_the_mtime_its_epoch_ended(sample_dir):
+    for (release, run_id), _ in EXPECTED_RUNS.items():
+        run_dir = sample_dir / release / run_id
+        paths = sorted(run_dir.glob("epoch_*_results.json")) + sorted(run_dir.glob("epoch_*/*.json"))
+        mtimes = []
+        for path in paths:
+            document = json.loads((path.parent / "results.json" if path.name == "config.json" else path).read_text())
+            ended_ms = snapshot_time_ms(document["snapshot_id"])
+            assert path.stat().st_mtime_ns == ended_ms * 10**6, path
+            mtimes.append(ended_ms)
+        # Epochs end in order, 18 to 32 minutes apart (the generator's epoch durations), in 2025-2026.
+        results = sorted(set(mtimes))
+        gaps = np.diff(results) / 60_000
+        assert len(results) == len(paths) // (2 if run_id == BINARY_RUN else 1)
+        assert gaps.min() >= 18 and gaps.max() < 32
+        assert 1_735_689_600_000 < results[0] and results[-1] < 1_798_761_600_000
+
+
 def test_same_seed_is_byte_identical_and_another_seed_differs(tmp_path, sample_dir):
     write_sample(tmp_path / "again")
     assert file_bytes(tmp_path / "again") == file_bytes(sample_dir)
+    assert file_mtimes(tmp_path / "again") == file_mtimes(sample_dir)
     write_sample(tmp_path / "other", seed=1)
     other = tmp_path / "other" / MULTI_TARGET_RELEASE / "mt3_2f_grpo_mt_v3_2fp" / "epoch_100_results.json"
     same = sample_dir / MULTI_TARGET_RELEASE / "mt3_2f_grpo_mt_v3_2fp" / "epoch_100_results.json"
