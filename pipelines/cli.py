@@ -32,6 +32,9 @@ def parser() -> argparse.ArgumentParser:
                        help="a release folder of run folders; repeat for several (default: the bundled sample release)")
     build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
     build.add_argument("--workers", type=int, default=0, help="ingest processes (default: one per core)")
+    build.add_argument("--full-scan", action="store_true",
+                       help="look at every epoch file, also of runs whose folders have not changed since they went "
+                            "quiet (finds files rewritten in place; the nightly refresh does this)")
     build.add_argument("--wait", type=float, default=600, metavar="SECONDS",
                        help="how long to wait for another build of the same warehouse to finish (default 600)")
     _warehouse_arg(build)
@@ -127,7 +130,7 @@ def run_build(args) -> int:
         except Timeout:
             raise CommandError(f"another build of {warehouse} is still running after {args.wait:.0f} s") from None
     try:
-        return _build_locked(warehouse)
+        return _build_locked(warehouse, args.full_scan)
     finally:
         lock.release()
 
@@ -137,7 +140,7 @@ def run_build(args) -> int:
 MAX_PARTITION_GAP = 25
 
 
-def _build_locked(warehouse: Path) -> int:
+def _build_locked(warehouse: Path, full_scan: bool = False) -> int:
     import dagster as dg
 
     from pipelines.definitions import defs as load_defs
@@ -158,7 +161,7 @@ def _build_locked(warehouse: Path) -> int:
     # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
     # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
     # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
-    stale = set(runs_needing_ingest(list(runs.values()), lake_dir(warehouse), config.max_file_bytes))
+    stale = set(runs_needing_ingest(list(runs.values()), lake_dir(warehouse), config.max_file_bytes, full_scan))
     print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
           flush=True)
 

@@ -17,12 +17,18 @@ import polars as pl
 from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
-from pipelines.release.discover import EpochFile, RunFolder, RunListing, SkippedEntry, list_run, resolve_inside
+from pipelines.release.discover import (
+    EpochFile, RunFolder, RunListing, SkippedEntry, folder_stamps, list_run, resolve_inside,
+)
 from pipelines.release.flatten import (
     EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, combine, drift_notes, mtime_column,
 )
 
 LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
+# A run whose newest epoch file was this old when its folder was last listed is quiet: its writer is done with it.
+# A quiet run with no quarantined file and no problem entry is not listed again while its folders keep the stamps
+# they had then (see unchanged_by_stamps); a full scan lists it anyway.
+QUIET_SECONDS = 3600
 RUN_TABLES = ("epochs", "trajectories", "errors", "files")
 ERROR_COLUMNS = {
     "run_id": pl.String,
@@ -241,6 +247,44 @@ def _source_path(entry: SkippedEntry) -> str:
     return entry.source_path
 
 
+def _scan_record(listing: RunListing, quarantined: int) -> dict | None:
+    """What a later build needs to settle the run without listing it, or None when it must list it.
+
+    Only a quiet run qualifies, whose folders were all stamped (no links), and with nothing to look at again: a
+    quarantined file may be fixed in place, and a problem entry (an unreadable file, say) may heal without its
+    folder changing.
+    """
+    if listing.folders is None or quarantined or any(s.is_problem for s in listing.skipped):
+        return None
+    newest = max((f.mtime_ns for f in listing.epoch_files), default=0)
+    if listing.listed_at_ns - newest < QUIET_SECONDS * 10**9:
+        return None
+    return {"folders": {path: list(stamp) for path, stamp in listing.folders.items()},
+            "listed_at_ns": listing.listed_at_ns, "newest_mtime_ns": newest}
+
+
+def _same_scan(old: dict | None, new: dict | None) -> bool:
+    return (old is None) == (new is None) and (new is None or old.get("folders") == new["folders"])
+
+
+def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
+    """The result of a run settled without listing it, from its manifest's folder stamps; None when it must be
+    listed: it was not quiet when last listed, or a folder of it has changed since (a file added, removed or
+    renamed; the folder replaced). A file rewritten in place, which changes no folder, is found by a full scan."""
+    started = time.perf_counter()
+    lake = Path(lake)
+    manifest = read_manifest(lake, run.run_id)
+    scan = manifest.get("scan")
+    if not scan or manifest.get("release") != run.release:
+        return None
+    stamps = folder_stamps(run.release_root, scan["folders"])
+    if stamps is None or any(list(stamp) != scan["folders"][path] for path, stamp in stamps.items()):
+        return None
+    if not all(partition_file(lake, t, run.run_id).exists() for t in ("errors", "files")):
+        return None
+    return _result(run.run_id, False, 0, 0, lake, started, rows=manifest.get("rows"))
+
+
 def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
                only_if_unchanged: bool = False) -> RunIngestResult | None:
     """Brings one run's lake partitions up to date with its folder, parsing only new or changed files.
@@ -267,9 +311,15 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
         if not changed and not removed and previous.get("skipped") == skipped and partitions_present:
             quarantined = sum(o["status"] == "quarantined" for o in files.values())
+            scan = _scan_record(listing, quarantined)
+            if not _same_scan(previous.get("scan"), scan):  # the run became quiet, or a folder changed
+                _write_manifest(lake, {**previous, "scan": scan})
             return _result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
         if only_if_unchanged:
             return None
+        if previous.get("scan"):
+            # Not to be settled by its stamps until this rewrite is done: a crash midway must not be hidden.
+            _write_manifest(lake, {**previous, "scan": None})
         skipped = [dict(s) for s in skipped]
         known = {k: _Outcome(**v) for k, v in files.items()}
 
@@ -361,7 +411,8 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
                          partition_file(lake, "errors", run_id))
         write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
         # The manifest goes last: a crash before this line only means the same files are parsed again.
-        manifest = {
+        quarantined = sum(o.status == "quarantined" for o in outcomes.values())
+        _write_manifest(lake, {
             "format": LAKE_FORMAT,
             "run_id": run_id,
             "release": listing.run.release,
@@ -370,11 +421,15 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             "json_columns": {"epochs": epoch_kinds, "trajectories": trajectory_kinds},
             # Row counts, so that a build with nothing to do opens no Parquet file at all.
             "rows": {"epochs": epochs.height, "trajectories": trajectories.height},
-        }
-        # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
-        write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
-        quarantined = sum(o.status == "quarantined" for o in outcomes.values())
+            "scan": _scan_record(listing, quarantined),
+        })
         return _result(run_id, True, len(changed), quarantined, lake, started, epochs, trajectories)
+
+
+def _write_manifest(lake: Path, manifest: dict) -> None:
+    # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
+    write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(),
+                          manifest_file(lake, manifest["run_id"]))
 
 
 def _in_order(epochs: pl.DataFrame, trajectories: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -468,13 +523,15 @@ def ingest_runs(
     max_file_bytes: int,
     workers: int = 0,
     progress: Callable[[RunIngestResult, int, int], None] | None = None,
+    full_scan: bool = False,
 ) -> list[RunIngestResult]:
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
     Each run folder is listed here, once, and a run with nothing to parse is settled here from its manifest: a
     pool of spawned workers (each importing polars and the caller's main module) costs more than checking
     hundreds of unchanged runs. Runs with something to parse go to the pool as they are found, or are
-    ingested here when there is only one (one new epoch file) or one worker.
+    ingested here when there is only one (one new epoch file) or one worker. A quiet run whose folders have not
+    changed is not even listed (unchanged_by_stamps), unless full_scan.
     """
     workers = min(workers or os.cpu_count() or 1, len(runs))
     results: list[RunIngestResult] = []
@@ -500,6 +557,9 @@ def ingest_runs(
 
     try:
         for run in runs:
+            if not full_scan and (result := unchanged_by_stamps(run, lake)) is not None:
+                done(result)
+                continue
             listing = list_run(run)
             if workers <= 1:
                 done(ingest_run(listing, lake, max_file_bytes))
@@ -525,12 +585,15 @@ def ingest_runs(
     return sorted(results, key=lambda r: r.run_id)
 
 
-def runs_needing_ingest(runs: list[RunFolder], lake: Path, max_file_bytes: int) -> list[str]:
+def runs_needing_ingest(runs: list[RunFolder], lake: Path, max_file_bytes: int,
+                        full_scan: bool = False) -> list[str]:
     """The run ids whose lake partitions are out of date: a run with something to parse, remove or re-inventory
-    (ingest_run would rewrite it), and a run still in the lake whose folder is gone. Parses nothing."""
+    (ingest_run would rewrite it), and a run still in the lake whose folder is gone. Parses nothing; lists only
+    the runs unchanged_by_stamps cannot settle, unless full_scan."""
     lake = Path(lake)
     present = {run.run_id for run in runs}
     stale = [run.run_id for run in runs
-             if ingest_run(list_run(run), lake, max_file_bytes, only_if_unchanged=True) is None]
+             if (full_scan or unchanged_by_stamps(run, lake) is None)
+             and ingest_run(list_run(run), lake, max_file_bytes, only_if_unchanged=True) is None]
     gone = [path.stem for path in (lake / "manifests").glob("*.json") if path.stem not in present]
     return sorted(stale + gone)

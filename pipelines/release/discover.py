@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,11 +55,36 @@ class RunFolder:
     path: Path
 
 
+# A folder as a listing found it: (inode, mtime_ns, ctime_ns), taken before its entries were read. Adding,
+# removing or renaming an entry changes the folder's mtime and ctime; replacing the folder changes its inode.
+FolderStamp = tuple[int, int, int]
+
+
 @dataclass
 class RunListing:
     run: RunFolder
     epoch_files: list[EpochFile]
     skipped: list[SkippedEntry]
+    # The run folder's and every epoch folder's stamp, by source path (see folder_stamps); None when an entry
+    # is a link, or a folder could not be stamped: a link's target can change without its folder changing.
+    folders: dict[str, FolderStamp] | None = None
+    listed_at_ns: int = 0  # wall clock when the listing began
+
+
+def folder_stamp(st: os.stat_result) -> FolderStamp:
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def folder_stamps(release_root: Path, source_paths) -> dict[str, FolderStamp] | None:
+    """The current stamps of folders by source path (relative to the release root); None if one cannot be read."""
+    root = str(release_root)
+    stamps = {}
+    for source_path in source_paths:
+        try:
+            stamps[source_path] = folder_stamp(os.stat(f"{root}/{source_path}", follow_symlinks=False))
+        except OSError:
+            return None
+    return stamps
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -123,8 +150,15 @@ def list_run(run: RunFolder) -> RunListing:
     def skip(source_path: str, reason: str, error_kind: str | None = None) -> None:
         skipped.append(SkippedEntry(run_id, source_path, reason, error_kind is not None, error_kind))
 
+    listed_at_ns = time.time_ns()
+    folders: dict[str, FolderStamp] | None = None
+
     def link_problem(entry: os.DirEntry) -> str | None:
-        return _link_problem(Path(entry.path), root) if entry.is_symlink() else None
+        nonlocal folders
+        if not entry.is_symlink():
+            return None
+        folders = None
+        return _link_problem(Path(entry.path), root)
 
     def add_epoch(entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
         try:
@@ -136,6 +170,8 @@ def list_run(run: RunFolder) -> RunListing:
                                      st.st_dev, st.st_ino))
 
     try:
+        st = os.stat(run.path, follow_symlinks=False)
+        folders = None if stat.S_ISLNK(st.st_mode) else {prefix: folder_stamp(st)}
         with os.scandir(run.path) as listing:
             entries = sorted(listing, key=_name)
     except OSError as exc:
@@ -155,6 +191,8 @@ def list_run(run: RunFolder) -> RunListing:
             add_epoch(entry, source_path, int(match.group(1)), "file")
         elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
             try:
+                if folders is not None:
+                    folders[source_path] = folder_stamp(entry.stat(follow_symlinks=False))
                 with os.scandir(entry.path) as listing:
                     inner_entries = sorted(listing, key=_name)
             except OSError as exc:
@@ -182,7 +220,7 @@ def list_run(run: RunFolder) -> RunListing:
                  "stray_file")
         else:
             skip(source_path, "not an epoch file")
-    return RunListing(run, epoch_files, skipped)
+    return RunListing(run, epoch_files, skipped, folders, listed_at_ns)
 
 
 def _name(entry: os.DirEntry) -> str:

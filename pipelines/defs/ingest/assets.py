@@ -99,8 +99,11 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
                 f"{result.files_quarantined} quarantined ({result.seconds:.2f} s)"
             )
 
+    # Every selected run is listed in full (full_scan): a run is selected because something asked for it (the
+    # build's own check, the sensor, the nightly refresh, a click), and a file rewritten in place changes no folder.
     results = ingest_runs(
-        [runs[key] for key in selected if key in runs], lake, warehouse.max_file_bytes, warehouse.workers, progress
+        [runs[key] for key in selected if key in runs], lake, warehouse.max_file_bytes, warehouse.workers, progress,
+        full_scan=True,
     )
     unchanged = [r for r in results if not r.changed]
     if unchanged:

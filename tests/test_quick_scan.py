@@ -1,0 +1,221 @@
+"""A quiet run whose folders have not changed is settled from their stamps, without a stat of each file; every
+change that adds, removes or renames an entry is still found, and a full scan finds a file rewritten in place."""
+
+import json
+import os
+import time
+
+import pytest
+
+import pipelines.lake
+from conftest import epoch_document
+from pipelines.lake import (
+    QUIET_SECONDS, ingest_runs, read_manifest, runs_needing_ingest, unchanged_by_stamps,
+)
+from pipelines.release import discover
+from pipelines.release.discover import find_run_folders
+
+HOURS_AGO = 2 * 3600 * 10**9  # older than QUIET_SECONDS
+assert HOURS_AGO > QUIET_SECONDS * 10**9
+
+
+def age(*paths, ns=HOURS_AGO):
+    """Sets the files' mtimes back: written long ago, as in a published release."""
+    when = time.time_ns() - ns
+    for path in paths:
+        os.utime(path, ns=(when, when))
+
+
+@pytest.fixture
+def listed(monkeypatch):
+    """The run ids list_run is called for from now on (in this process)."""
+    seen: list[str] = []
+    list_run = pipelines.lake.list_run
+
+    def counting(run):
+        seen.append(run.run_id)
+        return list_run(run)
+
+    monkeypatch.setattr(pipelines.lake, "list_run", counting)
+    return seen
+
+
+def runs_of(release):
+    runs, _, _ = find_run_folders([release])
+    return [runs[k] for k in sorted(runs)]
+
+
+def ingest(release, lake, full_scan=False):
+    return {r.run_id: r for r in ingest_runs(runs_of(release), lake, 10**6, workers=1, full_scan=full_scan)}
+
+
+@pytest.fixture
+def quiet_release(tmp_path, write_epoch):
+    """Two quiet runs (one per layout) of three epochs, ingested once."""
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    files = [write_epoch(release / "run_a", e) for e in range(3)]
+    files += [write_epoch(release / "run_b", e, layout="folder") for e in range(3)]
+    age(*files)
+    ingest(release, lake)
+    return release, lake
+
+
+def test_a_quiet_unchanged_run_is_settled_without_listing_it(quiet_release, listed):
+    release, lake = quiet_release
+    assert read_manifest(lake, "run_a")["scan"]["folders"].keys() == {"run_a"}
+    assert read_manifest(lake, "run_b")["scan"]["folders"].keys() == {
+        "run_b", "run_b/epoch_000", "run_b/epoch_001", "run_b/epoch_002"}
+
+    results = ingest(release, lake)
+    assert listed == []
+    # What the manifest says of the lake: 3 epochs of 4 trajectories each, per run.
+    assert {k: (r.changed, r.files_parsed, r.epochs, r.trajectories) for k, r in results.items()} == {
+        "run_a": (False, 0, 3, 12), "run_b": (False, 0, 3, 12)}
+    assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
+    assert listed == []
+
+
+@pytest.mark.parametrize("change", ["new file", "new folder-layout epoch", "file removed", "file renamed",
+                                    "file beside results.json", "results.json removed", "run folder replaced"])
+def test_every_change_to_a_folder_is_found(quiet_release, write_epoch, listed, change):
+    release, lake = quiet_release
+    run = "run_b" if change in ("new folder-layout epoch", "file beside results.json", "results.json removed") \
+        else "run_a"
+    if change == "new file":
+        age(write_epoch(release / "run_a", 3))  # even written with an old mtime
+    elif change == "new folder-layout epoch":
+        age(write_epoch(release / "run_b", 3, layout="folder"))
+    elif change == "file removed":
+        (release / "run_a" / "epoch_001_results.json").unlink()
+    elif change == "file renamed":
+        (release / "run_a" / "epoch_001_results.json").rename(release / "run_a" / "epoch_001_results.json.bak")
+    elif change == "file beside results.json":
+        (release / "run_b" / "epoch_001" / "notes.txt").write_text("x")
+    elif change == "results.json removed":
+        (release / "run_b" / "epoch_001" / "results.json").unlink()
+    else:  # replaced by a copy without epoch 0, whose files are as old: only the folder's inode tells
+        copy = release.parent / "copy"
+        copy.mkdir()
+        for path in sorted((release / "run_a").iterdir())[1:]:
+            (copy / path.name).write_bytes(path.read_bytes())
+            age(copy / path.name)
+        os.rename(release / "run_a", release.parent / "old")
+        os.rename(copy, release / "run_a")
+
+    assert runs_needing_ingest(runs_of(release), lake, 10**6) == [run]
+    assert sorted(listed) == [run]  # the other run was settled from its stamps
+    expected_epochs = {"new file": 4, "new folder-layout epoch": 4, "file removed": 2, "file renamed": 2,
+                       "file beside results.json": 3, "results.json removed": 2, "run folder replaced": 2}[change]
+    assert ingest(release, lake)[run].epochs == expected_epochs
+
+
+def test_a_file_rewritten_in_place_in_a_quiet_run_is_found_by_a_full_scan(quiet_release):
+    release, lake = quiet_release
+    path = release / "run_a" / "epoch_001_results.json"
+    with open(path, "r+b") as handle:  # in place: the folder does not change
+        handle.truncate(0)
+        handle.write(json.dumps(epoch_document(1, n=6)).encode())
+
+    # The documented limit of the quick look: nothing in run_a's folder changed.
+    assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
+    assert runs_needing_ingest(runs_of(release), lake, 10**6, full_scan=True) == ["run_a"]
+    results = ingest(release, lake, full_scan=True)
+    assert (results["run_a"].files_parsed, results["run_a"].trajectories) == (1, 4 + 6 + 4)
+    # Written now, the file makes the run busy: it is listed on every build until it has been quiet for an hour.
+    assert read_manifest(lake, "run_a")["scan"] is None
+
+
+def test_a_busy_run_is_listed_every_time_and_becomes_quiet_once_its_files_are_old(tmp_path, write_epoch, listed):
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    files = [write_epoch(release / "run_a", e) for e in range(2)]  # just written: a trainer may still rewrite them
+    ingest(release, lake)
+    assert read_manifest(lake, "run_a")["scan"] is None
+    listed.clear()
+
+    with open(files[1], "r+b") as handle:  # rewritten in place, with a new size: found without a full scan
+        handle.truncate(0)
+        handle.write(json.dumps(epoch_document(1, n=5)).encode())
+    assert ingest(release, lake)["run_a"].files_parsed == 1
+    assert listed == ["run_a"]
+
+    age(*files)  # the mtimes move back, so both are parsed again, and the run is quiet from now on
+    assert ingest(release, lake)["run_a"].files_parsed == 2
+    assert read_manifest(lake, "run_a")["scan"] is not None
+    listed.clear()
+    assert ingest(release, lake)["run_a"].files_parsed == 0
+    assert listed == []
+
+
+def test_a_run_becomes_quiet_on_a_no_change_build(tmp_path, write_epoch, monkeypatch):
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    files = [write_epoch(release / "run_a", e) for e in range(2)]
+    ingest(release, lake)
+    assert read_manifest(lake, "run_a")["scan"] is None
+    # Two hours later the files' mtimes are unchanged, so nothing is parsed, but the listing finds them old: the
+    # manifest records the stamps, also when the CLI's check (which parses nothing) makes the listing.
+    listing_time = time.time_ns() + HOURS_AGO
+    monkeypatch.setattr(discover.time, "time_ns", lambda: listing_time)
+    assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
+    monkeypatch.undo()
+    scan = read_manifest(lake, "run_a")["scan"]
+    assert scan["listed_at_ns"] == listing_time
+    assert scan["newest_mtime_ns"] == max(f.stat().st_mtime_ns for f in files)
+    assert unchanged_by_stamps(runs_of(release)[0], lake) is not None
+
+
+@pytest.mark.parametrize("trouble", ["quarantined file", "link"])
+def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_epoch, listed, trouble):
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    files = [write_epoch(release / "run_a", e) for e in range(2)]
+    if trouble == "quarantined file":
+        files.append(write_epoch(release / "run_a", 2, b'{"epoch": 2, "rewards": [0.5,'))
+    else:
+        files.append(write_epoch(release / "source", 2))
+        os.symlink(files[-1], release / "run_a" / "epoch_002_results.json")
+    age(*files)
+    ingest(release, lake)
+    assert read_manifest(lake, "run_a")["scan"] is None
+    listed.clear()
+
+    # Fixed (or its link target rewritten) in place, old mtime and all: found because the run is listed.
+    path = files[-1]
+    path.write_text(json.dumps(epoch_document(2, n=7)))
+    age(path, ns=HOURS_AGO // 2)
+    assert ingest(release, lake)["run_a"].files_parsed == 1
+    assert "run_a" in listed
+    assert ingest(release, lake)["run_a"].trajectories == 4 + 4 + 7
+
+
+def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatch):
+    release, lake = quiet_release
+    path = release / "run_a" / "epoch_001_results.json"
+    path.write_text(json.dumps(epoch_document(1, n=6)))  # in place, and as old as the rest
+    age(path)
+    write = pipelines.lake.write_atomically
+
+    def crash_on_trajectories(frame, path):
+        if "trajectories" in str(path):
+            raise OSError("disk full")
+        write(frame, path)
+
+    monkeypatch.setattr(pipelines.lake, "write_atomically", crash_on_trajectories)
+    with pytest.raises(OSError):
+        ingest(release, lake, full_scan=True)
+    monkeypatch.undo()
+    # The epochs partition holds the new epoch 1 already, the manifest the old one: the run's folder has not
+    # changed, but its stamps were dropped before the rewrite began, so it is listed and finished.
+    assert read_manifest(lake, "run_a")["scan"] is None
+    assert runs_needing_ingest(runs_of(release), lake, 10**6) == ["run_a"]
+    assert ingest(release, lake)["run_a"].trajectories == 4 + 6 + 4
+
+
+def test_build_full_scan_finds_a_file_rewritten_in_place(tmp_path, write_epoch, build, query):
+    release, wh = tmp_path / "release", tmp_path / "wh"
+    files = [write_epoch(release / "run_a", e) for e in range(2)]
+    age(*files)
+    assert build([release], wh) == 0
+    files[1].write_text(json.dumps(epoch_document(1, n=6)))  # in place
+    assert build([release], wh) == 0
+    assert query(wh, "select count(*) from fact_trajectories") == [(8,)]
+    assert build([release], wh, "--full-scan") == 0
+    assert query(wh, "select count(*) from fact_trajectories") == [(4 + 6,)]
