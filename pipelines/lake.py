@@ -59,6 +59,11 @@ def manifest_file(lake: Path, run_id: str) -> Path:
     return lake / "manifests" / f"{run_id}.json"
 
 
+def stamps_file(lake: Path, run_id: str) -> Path:
+    """A quiet run's folder stamps (see unchanged_by_stamps): a file of its own, a fraction of the manifest's size."""
+    return lake / "stamps" / f"{run_id}.json"
+
+
 def write_atomically(frame: pl.DataFrame, path: Path) -> None:
     """Writes Parquet to a temporary name beside path, then renames it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +252,7 @@ def _source_path(entry: SkippedEntry) -> str:
     return entry.source_path
 
 
-def _scan_record(listing: RunListing, quarantined: int) -> dict | None:
+def _stamps_record(listing: RunListing, quarantined: int, rows: dict) -> dict | None:
     """What a later build needs to settle the run without listing it, or None when it must list it.
 
     Only a quiet run qualifies, whose folders were all stamped (no links), and with nothing to look at again: a
@@ -259,30 +264,42 @@ def _scan_record(listing: RunListing, quarantined: int) -> dict | None:
     newest = max((f.mtime_ns for f in listing.epoch_files), default=0)
     if listing.listed_at_ns - newest < QUIET_SECONDS * 10**9:
         return None
-    return {"folders": {path: list(stamp) for path, stamp in listing.folders.items()},
-            "listed_at_ns": listing.listed_at_ns, "newest_mtime_ns": newest}
+    return {"format": LAKE_FORMAT, "release": listing.run.release, "rows": rows,
+            "listed_at_ns": listing.listed_at_ns, "newest_mtime_ns": newest,
+            "folders": {path: list(stamp) for path, stamp in listing.folders.items()}}
 
 
-def _same_scan(old: dict | None, new: dict | None) -> bool:
-    return (old is None) == (new is None) and (new is None or old.get("folders") == new["folders"])
+def _read_stamps(lake: Path, run_id: str) -> dict | None:
+    try:
+        record = orjson.loads(stamps_file(lake, run_id).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("format") == LAKE_FORMAT else None
+
+
+def _write_stamps(lake: Path, run_id: str, record: dict | None) -> None:
+    """Writes a run's stamps record, or removes it (None). Written after the manifest, removed before a rewrite."""
+    if record is None:
+        stamps_file(lake, run_id).unlink(missing_ok=True)
+    else:
+        write_text_atomically(orjson.dumps(record).decode(), stamps_file(lake, run_id))
 
 
 def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
-    """The result of a run settled without listing it, from its manifest's folder stamps; None when it must be
-    listed: it was not quiet when last listed, or a folder of it has changed since (a file added, removed or
-    renamed; the folder replaced). A file rewritten in place, which changes no folder, is found by a full scan."""
+    """The result of a run settled without listing it, from its folder stamps; None when it must be listed: it
+    was not quiet when last listed, or a folder of it has changed since (a file added, removed or renamed; the
+    folder replaced). A file rewritten in place, which changes no folder, is found by a full scan."""
     started = time.perf_counter()
-    lake = Path(lake)
-    manifest = read_manifest(lake, run.run_id)
-    scan = manifest.get("scan")
-    if not scan or manifest.get("release") != run.release:
+    record = _read_stamps(lake, run.run_id)
+    if record is None or record.get("release") != run.release:
         return None
-    stamps = folder_stamps(run.release_root, scan["folders"])
-    if stamps is None or any(list(stamp) != scan["folders"][path] for path, stamp in stamps.items()):
+    folders = record["folders"]
+    stamps = folder_stamps(run.release_root, folders)
+    if stamps is None or any(list(stamp) != folders[path] for path, stamp in stamps.items()):
         return None
-    if not all(partition_file(lake, t, run.run_id).exists() for t in ("errors", "files")):
+    if not all(os.path.exists(partition_file(lake, t, run.run_id)) for t in ("errors", "files")):
         return None
-    return _result(run.run_id, False, 0, 0, lake, started, rows=manifest.get("rows"))
+    return _result(run.run_id, False, 0, 0, lake, started, rows=record["rows"])
 
 
 def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
@@ -311,15 +328,15 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
         if not changed and not removed and previous.get("skipped") == skipped and partitions_present:
             quarantined = sum(o["status"] == "quarantined" for o in files.values())
-            scan = _scan_record(listing, quarantined)
-            if not _same_scan(previous.get("scan"), scan):  # the run became quiet, or a folder changed
-                _write_manifest(lake, {**previous, "scan": scan})
+            record = _stamps_record(listing, quarantined, previous.get("rows"))
+            old = _read_stamps(lake, run_id)
+            if (old is None) != (record is None) or record and old["folders"] != record["folders"]:
+                _write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder changed
             return _result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
         if only_if_unchanged:
             return None
-        if previous.get("scan"):
-            # Not to be settled by its stamps until this rewrite is done: a crash midway must not be hidden.
-            _write_manifest(lake, {**previous, "scan": None})
+        # Not to be settled by its stamps until this rewrite is done: a crash midway must not be hidden.
+        _write_stamps(lake, run_id, None)
         skipped = [dict(s) for s in skipped]
         known = {k: _Outcome(**v) for k, v in files.items()}
 
@@ -410,9 +427,9 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         write_atomically(errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS),
                          partition_file(lake, "errors", run_id))
         write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
-        # The manifest goes last: a crash before this line only means the same files are parsed again.
+        # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
         quarantined = sum(o.status == "quarantined" for o in outcomes.values())
-        _write_manifest(lake, {
+        manifest = {
             "format": LAKE_FORMAT,
             "run_id": run_id,
             "release": listing.run.release,
@@ -421,15 +438,11 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             "json_columns": {"epochs": epoch_kinds, "trajectories": trajectory_kinds},
             # Row counts, so that a build with nothing to do opens no Parquet file at all.
             "rows": {"epochs": epochs.height, "trajectories": trajectories.height},
-            "scan": _scan_record(listing, quarantined),
-        })
+        }
+        # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
+        write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
+        _write_stamps(lake, run_id, _stamps_record(listing, quarantined, manifest["rows"]))
         return _result(run_id, True, len(changed), quarantined, lake, started, epochs, trajectories)
-
-
-def _write_manifest(lake: Path, manifest: dict) -> None:
-    # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
-    write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(),
-                          manifest_file(lake, manifest["run_id"]))
 
 
 def _in_order(epochs: pl.DataFrame, trajectories: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -508,6 +521,7 @@ def _count_rows(path: Path) -> int:
 
 def remove_run(lake: Path, run_id: str) -> None:
     """Drops a run that no longer exists in any release from every lake table."""
+    stamps_file(lake, run_id).unlink(missing_ok=True)
     for table in RUN_TABLES:
         partition_file(lake, table, run_id).unlink(missing_ok=True)
     manifest_file(lake, run_id).unlink(missing_ok=True)

@@ -9,9 +9,7 @@ import pytest
 
 import pipelines.lake
 from conftest import epoch_document
-from pipelines.lake import (
-    QUIET_SECONDS, ingest_runs, read_manifest, runs_needing_ingest, unchanged_by_stamps,
-)
+from pipelines.lake import QUIET_SECONDS, ingest_runs, runs_needing_ingest, stamps_file, unchanged_by_stamps
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
 
@@ -40,6 +38,12 @@ def listed(monkeypatch):
     return seen
 
 
+def stamps(lake, run_id):
+    """The run's stamps record, None when it has none (it is listed on every build)."""
+    path = stamps_file(lake, run_id)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def runs_of(release):
     runs, _, _ = find_run_folders([release])
     return [runs[k] for k in sorted(runs)]
@@ -62,8 +66,8 @@ def quiet_release(tmp_path, write_epoch):
 
 def test_a_quiet_unchanged_run_is_settled_without_listing_it(quiet_release, listed):
     release, lake = quiet_release
-    assert read_manifest(lake, "run_a")["scan"]["folders"].keys() == {"run_a"}
-    assert read_manifest(lake, "run_b")["scan"]["folders"].keys() == {
+    assert stamps(lake, "run_a")["folders"].keys() == {"run_a"}
+    assert stamps(lake, "run_b")["folders"].keys() == {
         "run_b", "run_b/epoch_000", "run_b/epoch_001", "run_b/epoch_002"}
 
     results = ingest(release, lake)
@@ -122,14 +126,14 @@ def test_a_file_rewritten_in_place_in_a_quiet_run_is_found_by_a_full_scan(quiet_
     results = ingest(release, lake, full_scan=True)
     assert (results["run_a"].files_parsed, results["run_a"].trajectories) == (1, 4 + 6 + 4)
     # Written now, the file makes the run busy: it is listed on every build until it has been quiet for an hour.
-    assert read_manifest(lake, "run_a")["scan"] is None
+    assert stamps(lake, "run_a") is None
 
 
 def test_a_busy_run_is_listed_every_time_and_becomes_quiet_once_its_files_are_old(tmp_path, write_epoch, listed):
     release, lake = tmp_path / "release", tmp_path / "lake"
     files = [write_epoch(release / "run_a", e) for e in range(2)]  # just written: a trainer may still rewrite them
     ingest(release, lake)
-    assert read_manifest(lake, "run_a")["scan"] is None
+    assert stamps(lake, "run_a") is None
     listed.clear()
 
     with open(files[1], "r+b") as handle:  # rewritten in place, with a new size: found without a full scan
@@ -140,7 +144,7 @@ def test_a_busy_run_is_listed_every_time_and_becomes_quiet_once_its_files_are_ol
 
     age(*files)  # the mtimes move back, so both are parsed again, and the run is quiet from now on
     assert ingest(release, lake)["run_a"].files_parsed == 2
-    assert read_manifest(lake, "run_a")["scan"] is not None
+    assert stamps(lake, "run_a") is not None
     listed.clear()
     assert ingest(release, lake)["run_a"].files_parsed == 0
     assert listed == []
@@ -150,14 +154,14 @@ def test_a_run_becomes_quiet_on_a_no_change_build(tmp_path, write_epoch, monkeyp
     release, lake = tmp_path / "release", tmp_path / "lake"
     files = [write_epoch(release / "run_a", e) for e in range(2)]
     ingest(release, lake)
-    assert read_manifest(lake, "run_a")["scan"] is None
+    assert stamps(lake, "run_a") is None
     # Two hours later the files' mtimes are unchanged, so nothing is parsed, but the listing finds them old: the
     # manifest records the stamps, also when the CLI's check (which parses nothing) makes the listing.
     listing_time = time.time_ns() + HOURS_AGO
     monkeypatch.setattr(discover.time, "time_ns", lambda: listing_time)
     assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
     monkeypatch.undo()
-    scan = read_manifest(lake, "run_a")["scan"]
+    scan = stamps(lake, "run_a")
     assert scan["listed_at_ns"] == listing_time
     assert scan["newest_mtime_ns"] == max(f.stat().st_mtime_ns for f in files)
     assert unchanged_by_stamps(runs_of(release)[0], lake) is not None
@@ -174,7 +178,7 @@ def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_
         os.symlink(files[-1], release / "run_a" / "epoch_002_results.json")
     age(*files)
     ingest(release, lake)
-    assert read_manifest(lake, "run_a")["scan"] is None
+    assert stamps(lake, "run_a") is None
     listed.clear()
 
     # Fixed (or its link target rewritten) in place, old mtime and all: found because the run is listed.
@@ -204,7 +208,7 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
     monkeypatch.undo()
     # The epochs partition holds the new epoch 1 already, the manifest the old one: the run's folder has not
     # changed, but its stamps were dropped before the rewrite began, so it is listed and finished.
-    assert read_manifest(lake, "run_a")["scan"] is None
+    assert stamps(lake, "run_a") is None
     assert runs_needing_ingest(runs_of(release), lake, 10**6) == ["run_a"]
     assert ingest(release, lake)["run_a"].trajectories == 4 + 6 + 4
 
@@ -219,3 +223,13 @@ def test_build_full_scan_finds_a_file_rewritten_in_place(tmp_path, write_epoch, 
     assert query(wh, "select count(*) from fact_trajectories") == [(8,)]
     assert build([release], wh, "--full-scan") == 0
     assert query(wh, "select count(*) from fact_trajectories") == [(4 + 6,)]
+
+
+def test_a_run_whose_folder_is_gone_is_named_and_leaves_no_stamps(quiet_release):
+    release, lake = quiet_release
+    for path in (release / "run_a").iterdir():
+        path.unlink()
+    (release / "run_a").rmdir()
+    assert runs_needing_ingest(runs_of(release), lake, 10**6) == ["run_a"]
+    pipelines.lake.remove_run(lake, "run_a")
+    assert stamps(lake, "run_a") is None and stamps(lake, "run_b") is not None
