@@ -207,13 +207,11 @@ def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parse_file(file: EpochFile, max_file_bytes: int) -> tuple[object, list[tuple[str, str]]]:
-    """The parsed JSON of an epoch file and the parser's warnings; DecodeError when it cannot be read or parsed."""
+def _read_file(file: EpochFile, max_file_bytes: int) -> bytes:
+    """The bytes of an epoch file; DecodeError when it is over the limit or cannot be read."""
     if file.size > max_file_bytes:
         raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes} (max_file_bytes)")
-    data = read_epoch_file(file, max_file_bytes)
-    with _failures_as_invalid_json():
-        return parse_document(data)
+    return read_epoch_file(file, max_file_bytes)
 
 
 @contextmanager
@@ -350,46 +348,34 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "quarantined", exc.error_kind,
                                                   file.epoch_in_name)
 
-        def load(columns: RunColumns, file: EpochFile, doc: EpochDoc) -> None:
+        def load(file: EpochFile, doc: EpochDoc) -> None:
             for kind, message in doc.warnings:
                 new_errors.append(_error(run_id, file.source_path, doc.epoch, kind, "warning", message, "loaded"))
             status = "loaded_with_warnings" if doc.warnings else "loaded"
             outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch)
             columns.add(file, doc)
 
-        # Most documents of a run share one shape, and the fast path (RunColumns.add_parsed) takes them with
-        # its checks made once per column; the others are checked one by one (decode_parsed).
+        # Most documents of a run share one shape. The fast path takes them: from their bytes, decoded and checked
+        # by the shape's typed decoder (RunColumns.add_bytes), or else parsed (add_parsed). The others are checked
+        # one by one (decode_parsed).
         columns = RunColumns(run_id)
-        taken: list[tuple[EpochFile, object, EpochDoc | None]] = []  # (file, parsed, checked) in order
         for file in changed:
             try:
-                parsed, parse_warnings = _parse_file(file, max_file_bytes)
-                if not parse_warnings and columns.add_parsed(file, parsed):
+                data = _read_file(file, max_file_bytes)
+                fast = columns.add_bytes(file, data)
+                if not fast:
+                    with _failures_as_invalid_json():
+                        parsed, parse_warnings = parse_document(data)
+                    fast = not parse_warnings and columns.add_parsed(file, parsed)
+                if fast:
                     outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "loaded", None, file.epoch_in_name)
-                    taken.append((file, parsed, None))
                     continue
                 doc = _check_document(file, parsed, parse_warnings)
             except DecodeError as exc:
                 quarantine(file, exc)
                 continue
-            load(columns, file, doc)
-            taken.append((file, parsed, doc))
-        frames = columns.frames()
-        if frames is None:
-            # A value inside a list that the column checks refuse: every document is checked one by one.
-            columns = RunColumns(run_id)
-            for file, parsed, doc in taken:
-                if doc is not None:  # checked one by one already, its warnings noted
-                    columns.add(file, doc)
-                    continue
-                try:
-                    doc = _check_document(file, parsed, [])
-                except DecodeError as exc:
-                    quarantine(file, exc)
-                    continue
-                load(columns, file, doc)
-            frames = columns.frames()
-        new_epochs, new_trajectories, new_kinds = frames
+            load(file, doc)
+        new_epochs, new_trajectories, new_kinds = columns.frames()
         old_kinds = previous.get("json_columns", {})
         merged = {}
         for table, new_frame, schema in (("epochs", new_epochs, EPOCH_COLUMNS),

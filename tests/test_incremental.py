@@ -10,15 +10,15 @@ from conftest import epoch_document
 
 @pytest.fixture
 def parsed(monkeypatch):
-    """Counts the epoch files parsed from now on (builds run with one ingest process, so in this process)."""
+    """Counts the epoch files read, to be parsed, from now on (builds run with one ingest process, so in this process)."""
     seen: list[str] = []
-    parse = pipelines.lake._parse_file
+    read = pipelines.lake._read_file
 
     def counting(file, max_file_bytes):
         seen.append(file.source_path)
-        return parse(file, max_file_bytes)
+        return read(file, max_file_bytes)
 
-    monkeypatch.setattr(pipelines.lake, "_parse_file", counting)
+    monkeypatch.setattr(pipelines.lake, "_read_file", counting)
     return seen
 
 

@@ -83,7 +83,7 @@ def _same_value(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, allow_nan=True) == json.dumps(b, sort_keys=True, allow_nan=True)
 
 
-def _keys_outside_lists(doc: Any) -> int:
+def keys_outside_lists(doc: Any) -> int:
     """How many keys the document's objects hold, not counting objects inside lists (at most all of them)."""
     if type(doc) is not dict:
         return 0
@@ -104,7 +104,7 @@ def _may_hold_duplicate_keys(data: bytes, doc: Any) -> bool:
     output with the same quote characters, unless the input spells characters below U+0040 (a quote, say) as
     \\u00XX escapes; then the exact check runs instead.
     """
-    if data.count(b":") <= _keys_outside_lists(doc):
+    if data.count(b":") <= keys_outside_lists(doc):
         return False
     if data.find(b"\\") >= 0 and data.find(b"\\u00") >= 0:
         return True
@@ -112,6 +112,11 @@ def _may_hold_duplicate_keys(data: bytes, doc: Any) -> bool:
 
 
 _LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def may_hold_lone_surrogate(data: bytes) -> bool:
+    """Whether the text spells a surrogate as an escape (\\udXXX), which the standard parser's path checks."""
+    return b"\\" in data and _LONE_SURROGATE.search(data) is not None
 
 
 def _stdlib_parse(data: bytes) -> tuple[Any, _DuplicateKeys]:

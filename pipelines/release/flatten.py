@@ -6,12 +6,16 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Annotated, Any, Union
 
+import msgspec
 import numpy as np
+import orjson
 import polars as pl
 
 from pipelines.release.decode import (
-    DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc, nested_json_text,
+    DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc, keys_outside_lists,
+    may_hold_lone_surrogate, nested_json_text,
 )
 from pipelines.release.discover import EpochFile
 
@@ -188,17 +192,77 @@ class _Shape:
     lists: Callable[[dict], tuple]  # trajectory_ids, rewards, advantages and the per-trajectory extras
     list_columns: tuple[str, ...]  # the column each of those lists extends (the extras' columns)
     short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
+    typed: "_TypedShape | None"  # the same shape as a typed decoder of a document's bytes, when one can be made
+
+
+@dataclass(frozen=True)
+class _TypedShape:
+    """A run's shape as a msgspec decoder: a document's bytes decoded and type-checked in one pass, in C.
+
+    Every key is a field (none missing, none unknown). Numbers are declared as decode_epoch takes them: a float
+    field takes an integer as a float, as decode_epoch and a Float64 column do, and refuses a boolean; an integer
+    field holds 64 bits at most, beyond which the one-by-one path keeps JSON text. Nested extras are kept raw and
+    parsed by orjson, as the one-by-one path parses them.
+    """
+
+    decoder: msgspec.json.Decoder
+    epoch: Callable[[tuple], int]
+    row: Callable[[tuple], tuple]  # as _Shape.row, over the decoded values in key order (nested extras raw)
+    lists: Callable[[tuple], tuple]
+    nested: tuple[tuple[int, type], ...]  # (index in row, dict or list) of each nested extra, in row order
+    short: tuple[int, ...]  # indexes in row of the short lists, which must not have n values
+    n_keys: int
+
+
+_INT64_FIELD = Annotated[int, msgspec.Meta(ge=_INT64[0], le=_INT64[1])]
+_FIELD_TYPES = {bool: bool, int: _INT64_FIELD, float: float, str: str, type(None): type(None)}
+_DOCUMENTED_FIELDS = {"epoch": int, "snapshot_id": Union[str, None], "trajectory_ids": list[str],
+                      "rewards": list[Union[float, None]], "advantages": list[Union[float, None]],
+                      **{key: Union[float, None] for key in DOCUMENTED_SCALARS}}
+
+
+def _typed_shape(doc: dict, row_keys: list[str], list_keys: list[str], nested: list[str],
+                 short: list[str]) -> _TypedShape | None:
+    """The typed decoder of a shape (see _TypedShape), or None when a value of the document has no field type."""
+    fields: list[tuple[str, Any]] = []
+    for i, (key, value) in enumerate(doc.items()):
+        if key in _DOCUMENTED_FIELDS:
+            kind = _DOCUMENTED_FIELDS[key]
+        elif key in nested:
+            kind = msgspec.Raw
+        elif key in list_keys:
+            element_types = set(map(type, value))
+            if not element_types <= SCALAR_TYPES:
+                return None
+            kind = list[Union[tuple(_FIELD_TYPES[t] for t in element_types)]]
+        else:
+            kind = _FIELD_TYPES[type(value)]
+        fields.append((f"f{i}", kind))
+    position = {key: i for i, key in enumerate(doc)}
+    try:
+        struct = msgspec.defstruct("EpochDocument", fields, rename={f"f{i}": key for i, key in enumerate(doc)},
+                                   forbid_unknown_fields=True, gc=False)
+        decoder = msgspec.json.Decoder(struct)
+    except (TypeError, ValueError):  # a key or a mix of types msgspec cannot declare
+        return None
+    row_index = [position[key] for key in row_keys]
+    n_plain = len(row_keys) - len(nested)
+    return _TypedShape(
+        decoder, itemgetter(position["epoch"]), itemgetter(*row_index), itemgetter(*(position[k] for k in list_keys)),
+        tuple((n_plain + j, type(doc[key])) for j, key in enumerate(nested)),
+        tuple(n_plain + nested.index(key) for key in short), len(doc),
+    )
 
 
 class RunColumns:
     """A run's flattened columns, filled document by document; frames() turns them into the two tables.
 
-    add() takes a decoded EpochDoc. add_parsed() takes the parsed JSON of a document directly, when the document
-    has exactly the keys, key order and value types of the first one it took (the usual case: one writer wrote
-    every epoch of a run), and then does no per-value work: the types of the values inside the per-trajectory
-    lists are checked once per column by frames(), and the epoch rows it keeps as tuples become columns in bulk.
-    A document it declines goes through decode_parsed and add(); when a column check fails, frames() returns None
-    and the caller decodes the documents one by one instead.
+    add() takes a decoded EpochDoc. The fast path takes a document of the run's shape, the keys and value types of
+    the first document it took (the usual case: one writer wrote every epoch of a run): add_bytes() decodes its
+    bytes with the shape's typed decoder, which checks every value in C; add_parsed() takes its parsed JSON when
+    it has exactly the shape's keys, key order and value types, and checks its values as decode_epoch would.
+    The epoch rows both keep as tuples become columns in bulk. A document they decline goes through
+    decode_parsed and add().
     """
 
     def __init__(self, run_id: str):
@@ -212,7 +276,6 @@ class RunColumns:
         self._shape: _Shape | None = None
         self._rows: list[tuple] = []  # epoch rows of documents add_parsed took, not yet in the columns
         self._lists: tuple[list, ...] = ()  # the lists add_parsed extends, made when it takes its first document
-        self._array_types: dict[str, set[type]] = {}  # the value types of each per-trajectory extra, once checked
         self._declined = False  # the first document the fast path saw could not set a shape
 
     def _file(self, file: EpochFile, n: int) -> None:
@@ -318,10 +381,12 @@ class RunColumns:
         row_keys += nested
         row_columns += [("extra", extra_column_name(key, EPOCH_COLUMNS)) for key in nested]
         return _Shape(tuple(doc), tuple(map(type, doc.values())), itemgetter(*row_keys), tuple(row_columns),
-                      len(nested), itemgetter(*list_keys), tuple(list_columns), tuple(short))
+                      len(nested), itemgetter(*list_keys), tuple(list_columns), tuple(short),
+                      _typed_shape(doc, row_keys, list_keys, nested, short))
 
     def add_parsed(self, file: EpochFile, doc) -> bool:
-        """Adds the parsed JSON of one document if it has the run's shape; False (nothing added) if not."""
+        """Adds the parsed JSON of one document if it has the run's shape; False (nothing added) if not. The first
+        document it sees sets the shape (and the typed decoder add_bytes uses)."""
         shape = self._shape
         if shape is None:
             if self._declined or type(doc) is not dict:
@@ -331,15 +396,69 @@ class RunColumns:
             if shape is None:
                 self._declined = True
                 return False
+            if self._take_parsed(doc, file):
+                return True
+            # Not taken (a wrong epoch, say): the next document sets the shape, and with it the columns' order,
+            # which the typed decoder, blind to key order, could otherwise give to a document of another order.
+            self._shape = None
+            return False
         if type(doc) is not dict or tuple(doc) != shape.keys or tuple(map(type, doc.values())) != shape.types:
             return False
-        if doc["epoch"] != file.epoch_in_name:
+        return self._take_parsed(doc, file)
+
+    def _take_parsed(self, doc: dict, file: EpochFile) -> bool:
+        """Takes a parsed document of the run's shape once its values pass decode_epoch's checks (numbers become
+        floats as it makes them, an integer too large for a float refused); False (nothing added) if one fails."""
+        shape = self._shape
+        ids, rewards, advantages, *extras = shape.lists(doc)
+        if not set(map(type, ids)) <= {str} or any(not set(map(type, values)) <= SCALAR_TYPES for values in extras):
             return False
-        lists = shape.lists(doc)
-        n = len(lists[0])
-        if len(set(map(len, lists))) != 1 or any(len(doc[key]) == n for key in shape.short_lists):
-            return False
+        rewards, advantages = _as_floats(rewards), _as_floats(advantages)
         row = shape.row(doc)
+        end = 1 + len(DOCUMENTED_SCALARS)  # the row is the epoch, the documented numbers, then the rest
+        scalars = _as_floats(list(row[1:end]))
+        if rewards is None or advantages is None or scalars is None:
+            return False
+        return self._take(file, doc["epoch"], (row[0], *scalars, *row[end:]), (ids, rewards, advantages, *extras),
+                          [doc[key] for key in shape.short_lists])
+
+    def add_bytes(self, file: EpochFile, data: bytes) -> bool:
+        """Adds a document straight from its bytes when the run's typed decoder takes it; False (nothing added) if
+        not, or if it cannot tell: a key that may be repeated (colons beyond the keys decoded), an escape that may
+        be a lone surrogate. The caller then parses it as usual."""
+        typed = self._shape.typed if self._shape is not None else None
+        if typed is None or may_hold_lone_surrogate(data):
+            return False
+        try:
+            values = msgspec.structs.astuple(typed.decoder.decode(data))
+        except (msgspec.DecodeError, RecursionError):  # malformed, a value of another type, nested too deeply
+            return False
+        row = typed.row(values)
+        n_keys = typed.n_keys
+        if typed.nested:
+            row = list(row)
+            for index, kind in typed.nested:
+                try:
+                    value = row[index] = orjson.loads(memoryview(row[index]))
+                except (orjson.JSONDecodeError, RecursionError):
+                    return False
+                if type(value) is not kind:
+                    return False
+                n_keys += keys_outside_lists(value)
+        if data.count(b":") > n_keys:  # a key may be repeated: the parser's exact check decides
+            return False
+        return self._take(file, typed.epoch(values), tuple(row), typed.lists(values), [row[i] for i in typed.short])
+
+    def _take(self, file: EpochFile, epoch, row: tuple, lists: tuple, short_lists: list) -> bool:
+        """Adds one document of the run's shape: its epoch row and its lists; False (nothing added) when its epoch
+        is not its file's, it has no trajectory (its lists are then extras of the epoch), its lists differ in
+        length, or a short list has a value per trajectory."""
+        shape = self._shape
+        if epoch != file.epoch_in_name:
+            return False
+        n = len(lists[0])
+        if n == 0 or len(set(map(len, lists))) != 1 or any(len(values) == n for values in short_lists):
+            return False
         if shape.n_nested:
             try:
                 nested = [JsonText(nested_json_text(value)) for value in row[-shape.n_nested:]]
@@ -358,34 +477,16 @@ class RunColumns:
         self._pad_arrays()  # its epoch row joins the columns, and is padded, when the rows are flushed
         return True
 
-    def _columns_hold_what_decode_allows(self) -> bool:
-        """The per-value checks decode_epoch makes, made once per column for the documents add_parsed took.
-
-        Numbers become floats as decode_epoch makes them (it refuses an integer too large for a float).
-        """
-        if not set(map(type, self.traj_cols["trajectory_id"])) <= {str}:
-            return False
-        for cols, keys in ((self.traj_cols, ("reward", "advantage")), (self.epoch_cols, DOCUMENTED_SCALARS)):
-            for key in keys:
-                if (values := _as_floats(cols[key])) is None:
-                    return False
-                cols[key] = values
-        self._array_types = {name: set(map(type, column)) for name, column in self.array_extras.items()}
-        return all(types <= SCALAR_TYPES for types in self._array_types.values())
-
-    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, ColumnKinds]] | None:
+    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, ColumnKinds]]:
         """The run's epoch and trajectory frames, and per table the extra columns kept as JSON text."""
         self._flush()
-        if self._shape is not None and not self._columns_hold_what_decode_allows():
-            return None
         kinds: dict[str, ColumnKinds] = {"epochs": {}, "trajectories": {}}
 
         def frame(table: str, base: dict[str, list | pl.Series], schema: dict, extras: dict[str, list]):
             columns = [base[name].alias(name) if isinstance(base[name], pl.Series)
                        else pl.Series(name, base[name], dtype=dtype, strict=False) for name, dtype in schema.items()]
-            known = self._array_types if table == "trajectories" else {}
             for name, values in extras.items():
-                series, types = typed_series(name, values, known.get(name))
+                series, types = typed_series(name, values)
                 columns.append(series)
                 if types is not None:
                     kinds[table][name] = types

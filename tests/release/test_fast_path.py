@@ -24,7 +24,9 @@ DEPARTURES = (
     "reward_str", "reward_bool", "reward_int", "reward_huge_int", "reward_none", "id_int", "per_traj_nested",
     "per_traj_short", "loss_int", "loss_none", "loss_str", "key_order", "drop_extra", "new_extra", "wrong_epoch",
     "short_list_is_n", "epoch_float", "snapshot_none", "no_trajectories", "all_int_rewards", "nan_reward",
-    "deep_nested",
+    "deep_nested", "empty_lists", "dup_key_equal", "dup_key_differs", "colon_in_string", "big_int_reward",
+    "big_int_per_traj", "count_beyond_int64", "lone_surrogate", "escaped_string", "nested_is_scalar", "flag_int",
+    "big_float_reward", "count_float",
 )
 
 
@@ -36,8 +38,9 @@ def runs(draw) -> list[tuple[int, dict | str]]:
     documents = []
     for epoch, how in enumerate(departures):
         n = draw(st.integers(1, 3))
-        doc = epoch_document(epoch, n=n, lr=1e-5, phase="rl", config={"b": [1, 2], "a": 0.5}, short_list=[1, 2, 3, 4],
-                             per_traj=[i * 0.5 for i in range(n)], flags=[i % 2 == 0 for i in range(n)])
+        doc = epoch_document(epoch, n=n, lr=1e-5, phase="rl", count=3, config={"b": [1, 2], "a": 0.5},
+                             short_list=[1, 2, 3, 4], per_traj=[i * 0.5 for i in range(n)],
+                             flags=[i % 2 == 0 for i in range(n)])
         i = draw(st.integers(0, n - 1))
         text = None
         if how == "reward_str":
@@ -84,6 +87,32 @@ def runs(draw) -> list[tuple[int, dict | str]]:
             text = json.dumps(doc | {"config": "DEEP"}).replace('"DEEP"', "[" * 1000 + "]" * 1000)
         elif how == "nan_reward":
             text = json.dumps(doc).replace('"rewards": [0.0', '"rewards": [NaN', 1)
+        elif how == "empty_lists":  # the same keys, no trajectory: the lists are then extras of the epoch
+            for key in ("trajectory_ids", "rewards", "advantages", "per_traj", "flags"):
+                doc[key] = []
+        elif how in ("dup_key_equal", "dup_key_differs"):  # equal: loaded with a warning; different: refused
+            again = json.dumps(doc["loss"] if how == "dup_key_equal" else doc["loss"] + 1)
+            text = json.dumps(doc).replace('"phase": ', f'"loss": {again}, "phase": ', 1)
+        elif how == "colon_in_string":
+            doc["phase"] = "rl:warmup"
+        elif how == "big_int_reward":
+            doc["rewards"][i] = 2**64 + 1  # orjson reads it as a float
+        elif how == "big_int_per_traj":
+            doc["per_traj"][i] = 2**63  # beyond int64, within uint64
+        elif how == "count_beyond_int64":
+            doc["count"] = 2**63
+        elif how == "lone_surrogate":
+            text = json.dumps(doc).replace('"rl"', '"\\ud800"', 1)
+        elif how == "escaped_string":
+            doc["phase"] = "r\u00e9\u4e2d"  # written as \u escapes by json.dumps
+        elif how == "nested_is_scalar":
+            doc["config"] = 5
+        elif how == "flag_int":
+            doc["flags"][i] = 1
+        elif how == "big_float_reward":
+            text = json.dumps(doc).replace('"rewards": [0.0', '"rewards": [1e400', 1)
+        elif how == "count_float":
+            doc["count"] = 3.0
         documents.append((epoch, text if text is not None else doc))
     return documents
 
@@ -119,7 +148,7 @@ def same_rows(stored: pl.DataFrame, expected: pl.DataFrame, keys: list[str]) -> 
 
 
 def _extras(n: int) -> dict:
-    return {"lr": 1e-05, "phase": "rl", "config": {"b": [1, 2], "a": 0.5}, "short_list": [1, 2, 3, 4],
+    return {"lr": 1e-05, "phase": "rl", "count": 3, "config": {"b": [1, 2], "a": 0.5}, "short_list": [1, 2, 3, 4],
             "per_traj": [0.0] * n, "flags": [True] * n}
 
 
@@ -157,8 +186,8 @@ def test_an_extra_nested_too_deeply_to_store_is_quarantined_not_a_crash(tmp_path
     assert "`config` is nested too deeply" in error["message"]
 
 
-def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_sends_the_run_one_by_one(tmp_path):
-    """Which path each document took, on a hand-made run: the fast path must not be a dead branch."""
+def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_is_declined(tmp_path):
+    """Which path each document took, on a hand-made run: the fast paths must not be dead branches."""
     from pipelines.release.decode import parse_document
     from pipelines.release.discover import EpochFile
 
@@ -166,20 +195,32 @@ def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_sends_the_run
         return EpochFile("run", f"/r/run/epoch_{epoch:03d}_results.json", f"run/epoch_{epoch:03d}_results.json",
                          epoch, "file", 10, 10**18)
 
-    columns = RunColumns("run")
-    docs = [epoch_document(e, n=2, lr=0.1, config={"k": 1}) for e in range(3)]
-    assert [columns.add_parsed(file(e), parse_document(json.dumps(d).encode())[0]) for e, d in enumerate(docs)] \
-        == [True, True, True]
-    # Another shape (no `lr`), a wrong epoch: declined, nothing added.
-    assert not columns.add_parsed(file(3), epoch_document(3, n=2, config={"k": 1}))
-    assert not columns.add_parsed(file(5), epoch_document(4, n=2, lr=0.1, config={"k": 1}))
-    epochs, trajectories, kinds = columns.frames()
-    assert epochs["epoch"].to_list() == [0, 1, 2] and epochs["lr"].to_list() == [0.1] * 3
-    assert epochs["config"].to_list() == ['{"k": 1}'] * 3 and kinds["epochs"] == {"config": ["nested"]}
-    assert trajectories["reward"].to_list() == [0.0, 0.25] * 3
-    assert trajectories["traj_index"].to_list() == [0, 1] * 3
+    def text(doc: dict) -> bytes:
+        return json.dumps(doc).encode()
 
+    columns = RunColumns("run")
+    docs = [epoch_document(e, n=2, lr=0.1, config={"k": 1}) for e in range(4)]
+    assert not columns.add_bytes(file(0), text(docs[0]))  # no shape yet
+    assert columns.add_parsed(file(0), parse_document(text(docs[0]))[0])  # sets it
+    assert columns.add_parsed(file(1), parse_document(text(docs[1]))[0])  # parsed, checked value by value
+    assert columns.add_bytes(file(2), text(docs[2]))  # decoded typed from the bytes
+    reordered = dict(reversed(list(docs[3].items())))
+    assert not columns.add_parsed(file(3), reordered)  # add_parsed wants the shape's key order...
+    assert columns.add_bytes(file(3), text(reordered))  # ...the typed decoder does not
+    # Another shape (no `lr`), a wrong epoch, a string among the rewards, a key twice: declined, nothing added.
+    other = epoch_document(4, n=2, config={"k": 1})
+    assert not columns.add_parsed(file(4), other) and not columns.add_bytes(file(4), text(other))
+    wrong_epoch = epoch_document(4, n=2, lr=0.1, config={"k": 1})
+    assert not columns.add_parsed(file(5), wrong_epoch) and not columns.add_bytes(file(5), text(wrong_epoch))
     bad = epoch_document(6, n=2, lr=0.1, config={"k": 1})
-    bad["rewards"][1] = "x"  # same shape: taken, then refused by the column check
-    assert columns.add_parsed(file(6), bad)
-    assert columns.frames() is None
+    bad["rewards"][1] = "x"
+    assert not columns.add_parsed(file(6), bad) and not columns.add_bytes(file(6), text(bad))
+    twice = text(epoch_document(7, n=2, lr=0.1, config={"k": 1})).replace(b'"lr"', b'"loss": 9.0, "lr"')
+    assert not columns.add_bytes(file(7), twice)
+
+    epochs, trajectories, kinds = columns.frames()
+    assert epochs["epoch"].to_list() == [0, 1, 2, 3] and epochs["lr"].to_list() == [0.1] * 4
+    assert epochs["loss"].to_list() == [0.5, 1.5, 2.5, 3.5]
+    assert epochs["config"].to_list() == ['{"k": 1}'] * 4 and kinds["epochs"] == {"config": ["nested"]}
+    assert trajectories["reward"].to_list() == [0.0, 0.25] * 4
+    assert trajectories["traj_index"].to_list() == [0, 1] * 4
