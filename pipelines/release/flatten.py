@@ -67,15 +67,14 @@ def extra_column_name(key: str, reserved: dict) -> str:
     return f"extra_{key}" if base in reserved or base == "group_index" else key
 
 
-def typed_series(name: str, values: Sequence, found: set[type] | None = None) -> tuple[pl.Series, list[str] | None]:
+def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | None]:
     """A column for one extra key, and the value types found when the column has to be kept as JSON text.
 
     Integers beside floats widen to Float64 (lossless for counts). Nested values, integers beyond 64 bits and
     any other mix of types are kept as JSON text, value by value, so `"1"` and `1` stay distinguishable and
-    nothing is silently cast. found: the values' types, None included, when the caller has them already.
+    nothing is silently cast.
     """
-    if found is None:
-        found = set(map(type, values))  # one pass in C: columns run to millions of values
+    found = set(map(type, values))  # one pass in C: columns run to millions of values
     kinds = found - {type(None)}
     if kinds == {int, float}:
         kinds = {float}
