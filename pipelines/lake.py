@@ -18,7 +18,7 @@ from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
 from pipelines.release.discover import (
-    EpochFile, RunFolder, RunListing, SkippedEntry, folder_stamps, list_run, resolve_inside,
+    EpochFile, RunFolder, RunListing, SkippedEntry, folders_unchanged, list_run, resolve_inside,
 )
 from pipelines.release.flatten import (
     EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, combine, drift_notes, mtime_column,
@@ -291,9 +291,7 @@ def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
     record = _read_stamps(lake, run.run_id)
     if record is None or record.get("release") != run.release:
         return None
-    folders = record["folders"]
-    stamps = folder_stamps(run.release_root, folders)
-    if stamps is None or any(list(stamp) != folders[path] for path, stamp in stamps.items()):
+    if not folders_unchanged(run.release_root, record["folders"]):
         return None
     if not all(os.path.exists(partition_file(lake, t, run.run_id)) for t in ("errors", "files")):
         return None

@@ -65,7 +65,7 @@ class RunListing:
     run: RunFolder
     epoch_files: list[EpochFile]
     skipped: list[SkippedEntry]
-    # The run folder's and every epoch folder's stamp, by source path (see folder_stamps); None when an entry
+    # The run folder's and every epoch folder's stamp, by source path (see folder_stamp); None when an entry
     # is a link, or a folder could not be stamped: a link's target can change without its folder changing.
     folders: dict[str, FolderStamp] | None = None
     listed_at_ns: int = 0  # wall clock when the listing began
@@ -75,16 +75,17 @@ def folder_stamp(st: os.stat_result) -> FolderStamp:
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
-def folder_stamps(release_root: Path, source_paths) -> dict[str, FolderStamp] | None:
-    """The current stamps of folders by source path (relative to the release root); None if one cannot be read."""
+def folders_unchanged(release_root: Path, stamps: dict[str, list[int]]) -> bool:
+    """Whether every folder (by source path, relative to the release root) still has the stamp recorded, as a list."""
     root = str(release_root)
-    stamps = {}
-    for source_path in source_paths:
-        try:
-            stamps[source_path] = folder_stamp(os.stat(f"{root}/{source_path}", follow_symlinks=False))
-        except OSError:
-            return None
-    return stamps
+    try:
+        for source_path, stamp in stamps.items():
+            st = os.stat(f"{root}/{source_path}", follow_symlinks=False)
+            if [st.st_ino, st.st_mtime_ns, st.st_ctime_ns] != stamp:
+                return False
+    except OSError:  # gone, or unreadable
+        return False
+    return True
 
 
 def _relative(path: Path, root: Path) -> str:
