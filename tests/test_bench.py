@@ -58,17 +58,18 @@ def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
 
 
 def test_targets_are_judged_against_the_issue_bars():
-    def summary(ingest, decode, duckdb, one_file, peak, no_change_build):
+    def summary(ingest, decode, duckdb, one_file, peak, no_change_build, no_change_ingest):
         return {
             "ingest_vs_decode": ingest / decode, "duckdb_vs_ingest": duckdb / ingest, "one_file_share": one_file / ingest,
             "no_change_files_parsed": 0,
             "peak_tree_rss_bytes": {"ingest_full": peak, "build_full": peak},
-            "seconds": {"ingest_no_change": 1.0}, "process_seconds": {"build_no_change": no_change_build},
+            "seconds": {"ingest_no_change": 0.001},  # the work alone: not what the growth is judged on
+            "process_seconds": {"build_no_change": no_change_build, "ingest_no_change": no_change_ingest},
         }
 
     results = {
-        "scale 1x": {"scale": 1, "summary": summary(1.0, 0.5, 4.0, 0.5, 100 * 2**20, 6.0)},
-        "scale 100x": {"scale": 100, "summary": summary(90.0, 60.0, 150.0, 5.0, 2**30, 9.5)},
+        "scale 1x": {"scale": 1, "summary": summary(1.0, 0.5, 4.0, 0.5, 100 * 2**20, 6.0, 0.4)},
+        "scale 100x": {"scale": 100, "summary": summary(90.0, 60.0, 150.0, 5.0, 2**30, 9.5, 0.58)},
     }
     verdicts = {(c["scale"], c["target"]): c["holds"] for c in check_targets(results)}
     assert verdicts[("scale 100x", "ingest / decode-only lower bound")] is True  # 1.5x
@@ -76,7 +77,8 @@ def test_targets_are_judged_against_the_issue_bars():
     assert verdicts[("scale 100x", "peak memory, ingest (process tree)")] is False  # exactly 1 GiB
     assert verdicts[("scale 100x", "peak memory, whole build (process tree)")] is False
     assert verdicts[("scale 100x", "one new epoch file / full ingest")] is False  # 5.6%
-    assert verdicts[("1x -> 100x", "no-change rebuild time growth (whole build)")] is False  # 9.5 / 6 = 1.58x
+    assert verdicts[("1x -> 100x", "no-change rebuild time growth (whole build, process wall)")] is False  # 1.58x
+    assert verdicts[("1x -> 100x", "no-change rebuild time growth (ingest, process wall)")] is True  # 0.58 / 0.4
     assert ("scale 1x", "ingest / decode-only lower bound") not in verdicts  # the ratio targets start at 10x
 
 
