@@ -89,6 +89,16 @@ def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
     return frame.get_column(column).cast(pl.Float64).to_numpy()
 
 
+def ablation_inputs(
+    ablation: str | None, runs: pl.DataFrame, epochs: pl.DataFrame, summary: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The rows one ablation's figure is drawn from, and nothing else: its runs, their epochs, their summaries."""
+    members = runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
+    run_ids = members["run_id"].to_list()
+    return (members, epochs.filter(pl.col("run_id").is_in(run_ids)).select(NEEDED_EPOCH_COLUMNS),
+            summary.filter(pl.col("run_id").is_in(run_ids)))
+
+
 def ablation_figure(
     ablation: str | None,
     runs: pl.DataFrame,
@@ -102,12 +112,11 @@ def ablation_figure(
     runs: dim_runs rows (run_id, ablation, label); epochs: epoch_metrics rows with fact_epochs' sample_entropy and
     train_entropy; summary: run_summary rows (run_id, matched_horizon, matched_reward). Other runs are ignored.
     """
-    members = runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
+    members, epochs, summary = ablation_inputs(ablation, runs, epochs, summary)
     run_ids = members["run_id"].to_list()
     labels = {r: (lbl or r) for r, lbl in zip(run_ids, members["label"].to_list())}
     colours = run_colours(run_ids)
-    data = with_bands(epochs.filter(pl.col("run_id").is_in(run_ids)).select(NEEDED_EPOCH_COLUMNS), smoothing)
-    summary = summary.filter(pl.col("run_id").is_in(run_ids))
+    data = with_bands(epochs, smoothing)
     horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})
 
     # Drawn on an Agg canvas, never through pyplot: no display needed and no global figure state.

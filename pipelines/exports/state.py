@@ -34,6 +34,30 @@ def _load(folder: Path) -> dict:
     return state if isinstance(state, dict) else {}
 
 
+def recorded_metadata(folder: Path, name: str) -> dict:
+    """The metadata an export last recorded, whatever it was written from ({} when none)."""
+    entry = _load(folder).get(name)
+    metadata = entry.get("metadata") if isinstance(entry, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _still_there(folder: Path, sizes: dict[str, int]) -> bool:
+    """Whether files written earlier (relative path -> size then) are all still there at that size; a file the user
+    deleted or replaced is written again."""
+    for relative, size in sizes.items():
+        path = Path(folder) / relative
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+    return True
+
+
+def kept_files(folder: Path, sizes: dict[str, int]) -> dict[str, bytes] | None:
+    """The bytes of files written earlier (relative path -> size then), or None if one is gone or another size."""
+    if not _still_there(folder, sizes):
+        return None
+    return {relative: (Path(folder) / relative).read_bytes() for relative in sizes}
+
+
 def kept_entry(folder: Path, name: str, fingerprint: str | None) -> dict | None:
     """The recorded entry of an export if it was written from this fingerprint and all its files are still there."""
     if fingerprint is None:
@@ -41,12 +65,7 @@ def kept_entry(folder: Path, name: str, fingerprint: str | None) -> dict | None:
     entry = _load(folder).get(name)
     if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint:
         return None
-    for relative, size in entry.get("files", {}).items():
-        path = Path(folder) / relative
-        # a file the user deleted or replaced is written again
-        if not path.is_file() or path.stat().st_size != size:
-            return None
-    return entry
+    return entry if _still_there(folder, entry.get("files", {})) else None
 
 
 def record(folder: Path, name: str, fingerprint: str | None, files: list[str], data_version: str,

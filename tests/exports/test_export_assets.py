@@ -137,16 +137,47 @@ def test_exports_whose_input_fingerprints_are_unchanged_are_not_rendered_again(t
     assert events[1]["ablation_figures"].metadata["preview"] == events[0]["ablation_figures"].metadata["preview"]
     assert events[1]["table_exports"].metadata["rows/run_summary"].value == 4
 
-    # a file the user deleted is written again, by its export only
+    # a file the user deleted is written again, by its export only, and of the figures only its ablation's
     (exports / "figures" / "other.svg").unlink()
     materialize(tmp_path)
-    assert renders == {"figures": 4, "tables": 4, "report": 1}
+    assert renders == {"figures": 3, "tables": 4, "report": 1}
     assert (exports / "figures" / "other.svg").is_file()
 
     # a rebuilt table renders the exports that read it, and only those
     record_fingerprints(tmp_path, {**{name: f"fp-{name}" for name in built}, "snapshots": "fp-snapshots-2"})
     materialize(tmp_path)
-    assert renders == {"figures": 4, "tables": 8, "report": 2}
+    assert renders == {"figures": 3, "tables": 8, "report": 2}
+
+
+def test_a_changed_run_redraws_its_own_ablation_only(tmp_path, tables, renders):
+    built = build_tables(tables)
+    write_build_db(tmp_path, built)
+    record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})
+    materialize(tmp_path)
+    figures = tmp_path / "exports" / "figures"
+    before = {p.name: p.read_bytes() for p in figures.iterdir()}
+    assert renders["figures"] == 2
+
+    # One epoch of `solo`, the one run of ablation `other`, changes: epoch_metrics is rebuilt.
+    changed = {**tables, "epochs": tables["epochs"].with_columns(
+        pl.when((pl.col("run_id") == "solo") & (pl.col("epoch") == 1)).then(pl.col("mean_reward") + 0.5)
+        .otherwise(pl.col("mean_reward")).alias("mean_reward"))}
+    write_build_db(tmp_path, build_tables(changed))
+    record_fingerprints(tmp_path, {**{name: f"fp-{name}" for name in built}, "epoch_metrics": "fp-epoch_metrics-2"})
+    result = materialize(tmp_path)
+    assert renders["figures"] == 3  # `other` drawn again, `abl` kept
+    after = {p.name: p.read_bytes() for p in figures.iterdir()}
+    assert after["abl.png"] == before["abl.png"] and after["abl.svg"] == before["abl.svg"]
+    assert after["other.png"] != before["other.png"]
+    (materialization,) = [e.materialization for e in result.get_asset_materialization_events()
+                          if e.asset_key.to_user_string() == "ablation_figures"]
+    assert materialization.metadata["grpo/rewritten"].value == 2  # other.png and other.svg
+
+    # The figure is the one a fresh build draws.
+    fresh = tmp_path / "fresh"
+    write_build_db(fresh, build_tables(changed))
+    materialize(fresh)
+    assert {p.name: p.read_bytes() for p in (fresh / "exports" / "figures").iterdir()} == after
 
 
 def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders):

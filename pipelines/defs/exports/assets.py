@@ -3,6 +3,7 @@
 import base64
 import dataclasses
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -13,10 +14,10 @@ import polars as pl
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports import figure as figure_module, files as files_module, report as report_module
 from pipelines.exports import state as state_module
-from pipelines.exports.figure import Smoothing, ablation_figure, figure_files, render
+from pipelines.exports.figure import Smoothing, ablation_figure, ablation_inputs, figure_files, render
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
-from pipelines.exports.state import export_fingerprint, kept_entry, record
+from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, record, recorded_metadata
 from pipelines.warehouse_db import model_fingerprints, open_build_db
 
 GROUP = "exports"
@@ -88,6 +89,15 @@ def kept_result(context: dg.AssetExecutionContext, entry: dict, metadata: dict) 
                                 data_version=dg.DataVersion(entry["data_version"]))
 
 
+def figure_digest(rows: tuple[pl.DataFrame, ...], params: dict) -> str:
+    """A digest of what one ablation's figure is drawn from: its rows (ablation_inputs), the parameters, the code."""
+    digest = hashlib.sha256(json.dumps({"params": params, "code": CODE_VERSION}, sort_keys=True).encode())
+    for frame in rows:
+        digest.update(repr(frame.schema).encode())
+        digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())  # stable within a polars version (CODE_VERSION)
+    return digest.hexdigest()[:16]
+
+
 def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: int) -> dict:
     return {
         "preview": dg.MetadataValue.md(previews),
@@ -115,24 +125,44 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         return kept_result(context, entry, figures_metadata(folder, meta["files"], meta["preview"], 0))
     tables, inputs = read_tables(warehouse, {"runs": RUNS_SQL, "epochs": EPOCHS_SQL,
                                              "summary": "select * from run_summary order by run_id"}, FIGURE_INPUTS)
+    # An ablation whose rows, parameters and code are those of its last drawing keeps its files: one changed run
+    # redraws its own ablation, not all of them.
+    before = recorded_metadata(exports, ablation_figures.key.to_user_string()).get("ablations", {})
     files: dict[str, bytes] = {}
     previews: list[str] = []
+    ablations: dict[str, dict] = {}
+    redrawn = 0
     for ablation in ordered_ablations(tables["runs"]):
-        fig = ablation_figure(ablation, tables["runs"], tables["epochs"], tables["summary"], smoothing,
-                              final_window=warehouse.final_window)
-        files.update(figure_files(ablation, fig))
-        if len(previews) < PREVIEWS_SHOWN:
-            image = base64.b64encode(render(fig, "jpeg", dpi=60)).decode()
-            previews.append(f"**{ablation}**\n\n![{ablation}](data:image/jpeg;base64,{image})")
+        rows = ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"])
+        key, digest, shown = json.dumps(ablation), figure_digest(rows, params), len(previews) < PREVIEWS_SHOWN
+        last = before.get(key, {})
+        drawn = None
+        if last.get("digest") == digest and (last.get("preview") or not shown):
+            drawn = kept_files(folder, last.get("files", {}))
+        preview = last.get("preview") if drawn is not None else None
+        if drawn is None:
+            fig = ablation_figure(ablation, *rows, smoothing, final_window=warehouse.final_window)
+            drawn = figure_files(ablation, fig)
+            redrawn += 1
+            if shown:
+                image = base64.b64encode(render(fig, "jpeg", dpi=60)).decode()
+                preview = f"**{ablation}**\n\n![{ablation}](data:image/jpeg;base64,{image})"
+        files.update(drawn)
+        if shown:
+            previews.append(preview)
+        ablations[key] = {"digest": digest, "files": {name: len(content) for name, content in drawn.items()},
+                          "preview": preview}
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     stale = [p for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in files]
     for path in stale:
         path.unlink()
-    context.log.info(f"{len(files)} figure file(s), {len(written)} rewritten, {len(stale)} stale removed")
+    context.log.info(f"{len(ablations)} ablation(s), {redrawn} drawn, the others' unchanged; {len(files)} figure "
+                     f"file(s), {len(written)} rewritten, {len(stale)} stale removed")
     preview = "\n\n".join(previews) or "no ablations"
     version = content_version(files)
     record(exports, ablation_figures.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
-           [f"{FIGURES}/{name}" for name in files], version.value, {"files": sorted(files), "preview": preview})
+           [f"{FIGURES}/{name}" for name in files], version.value,
+           {"files": sorted(files), "preview": preview, "ablations": ablations})
     return dg.MaterializeResult(metadata=figures_metadata(folder, list(files), preview, len(written)),
                                 data_version=version)
 
