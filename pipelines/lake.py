@@ -288,6 +288,7 @@ def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
     was not quiet when last listed, or a folder of it has changed since (a file added, removed or renamed; the
     folder replaced). A file rewritten in place, which changes no folder, is found by a full scan."""
     started = time.perf_counter()
+    lake = Path(lake)
     record = _read_stamps(lake, run.run_id)
     if record is None or record.get("release") != run.release:
         return None

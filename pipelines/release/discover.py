@@ -81,7 +81,7 @@ def folders_unchanged(release_root: Path, stamps: dict[str, list[int]]) -> bool:
     try:
         for source_path, stamp in stamps.items():
             st = os.stat(f"{root}/{source_path}", follow_symlinks=False)
-            if [st.st_ino, st.st_mtime_ns, st.st_ctime_ns] != stamp:
+            if list(folder_stamp(st)) != stamp:
                 return False
     except OSError:  # gone, or unreadable
         return False
