@@ -526,12 +526,14 @@ def ingest_runs(
 ) -> list[RunIngestResult]:
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
-    Each run folder is listed here, once, and a run with nothing to parse is settled here from its manifest: a
-    pool of spawned workers (each importing polars and the caller's main module) costs more than checking
-    hundreds of unchanged runs. Runs with something to parse go to the pool as they are found, or are
-    ingested here when there is only one (one new epoch file) or one worker. A quiet run whose folders have not
-    changed is not even listed (unchanged_by_stamps), unless full_scan.
+    A run the lake already holds is listed here, once, and settled here from its manifest when it has nothing
+    to parse: a pool of spawned workers (each importing polars and the caller's main module) costs more than
+    checking hundreds of unchanged runs. A quiet run whose folders have not changed is not even listed
+    (unchanged_by_stamps), unless full_scan. A run new to the lake is listed by the worker that ingests it, so
+    that this process does not list a whole new release while the workers wait. Runs with something to parse go
+    to the pool as they are found, or are ingested here when there is only one (one new epoch file) or one worker.
     """
+    lake = Path(lake)
     workers = min(workers or os.cpu_count() or 1, len(runs))
     results: list[RunIngestResult] = []
 
@@ -540,11 +542,13 @@ def ingest_runs(
         if progress:
             progress(result, len(results), len(runs))
 
-    waiting: RunListing | None = None  # the first run to parse, held until a second shows that a pool pays
+    # A run to ingest: (ingest_run, its listing), or (ingest_run_folder, the run) for a run new to the lake.
+    Job = tuple[Callable[..., RunIngestResult], RunListing | RunFolder]
+    waiting: Job | None = None  # the first run to parse, held until a second shows that a pool pays
     pool: ProcessPoolExecutor | None = None
     futures: set = set()
 
-    def submit(listing: RunListing) -> None:
+    def submit(job: Job) -> None:
         # A few runs ahead of the workers, no more: a listing holds an object per file, and all of a large
         # release's listings queued at once would hold the whole release's file list in this process.
         while len(futures) >= 2 * workers:
@@ -552,30 +556,36 @@ def ingest_runs(
             for future in finished:
                 futures.remove(future)
                 done(future.result())
-        futures.add(pool.submit(ingest_run, listing, lake, max_file_bytes))
+        futures.add(pool.submit(job[0], job[1], lake, max_file_bytes))
 
     try:
         for run in runs:
             if not full_scan and (result := unchanged_by_stamps(run, lake)) is not None:
                 done(result)
                 continue
-            listing = list_run(run)
-            if workers <= 1:
-                done(ingest_run(listing, lake, max_file_bytes))
-            elif (result := ingest_run(listing, lake, max_file_bytes, only_if_unchanged=True)) is not None:
-                done(result)
-            elif waiting is None and pool is None:
-                waiting = listing
+            if workers > 1 and not manifest_file(lake, run.run_id).exists():
+                job = (ingest_run_folder, run)
             else:
-                if pool is None:
-                    # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not
-                    # survive fork.
-                    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-                    submit(waiting)
-                    waiting = None
-                submit(listing)
+                listing = list_run(run)
+                if workers <= 1:
+                    done(ingest_run(listing, lake, max_file_bytes))
+                    continue
+                if (result := ingest_run(listing, lake, max_file_bytes, only_if_unchanged=True)) is not None:
+                    done(result)
+                    continue
+                job = (ingest_run, listing)
+            if waiting is None and pool is None:
+                waiting = job
+                continue
+            if pool is None:
+                # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not
+                # survive fork.
+                pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+                submit(waiting)
+                waiting = None
+            submit(job)
         if waiting is not None:
-            done(ingest_run(waiting, lake, max_file_bytes))
+            done(waiting[0](waiting[1], lake, max_file_bytes))
         for future in as_completed(futures):
             done(future.result())
     finally:

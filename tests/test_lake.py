@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from conftest import epoch_document
-from pipelines.lake import ingest_run, partition_file
+from pipelines.lake import ingest_run, ingest_runs, partition_file
 from pipelines.release.discover import find_run_folders, list_run
 
 LIMIT = 1 << 20
@@ -196,3 +196,25 @@ def test_second_ingest_with_no_change_rewrites_nothing(tmp_path, write_epoch):
     result = ingest(release, lake)
     assert (result.changed, result.files_parsed) == (False, 0)
     assert {p: p.stat().st_mtime_ns for p in lake.rglob("*") if p.is_file()} == stamps
+
+
+def test_a_pool_of_two_workers_ingests_new_and_changed_runs_as_one_process_does(tmp_path, write_epoch):
+    """Runs new to the lake are listed by the worker that ingests them; a run the lake holds is listed here."""
+    release = tmp_path / "release"
+    for run, n_epochs in (("run_a", 3), ("run_b", 2), ("run_c", 4)):
+        for epoch in range(n_epochs):
+            write_epoch(release / run, epoch)
+    runs = sorted(find_run_folders([release])[0].values(), key=lambda r: r.run_id)
+    pooled, alone = tmp_path / "pooled", tmp_path / "alone"
+    ingest_runs(runs[:1], pooled, 10**6, workers=2)
+    write_epoch(release / "run_a", 3)
+
+    results = ingest_runs(runs, pooled, 10**6, workers=2)
+    # 4 trajectories an epoch (epoch_document's default)
+    assert [(r.run_id, r.changed, r.files_parsed, r.epochs, r.trajectories) for r in results] == [
+        ("run_a", True, 1, 4, 16), ("run_b", True, 2, 2, 8), ("run_c", True, 4, 4, 16)]
+    ingest_runs(runs, alone, 10**6, workers=1)
+    for run in ("run_a", "run_b", "run_c"):
+        for table in ("epochs", "trajectories", "errors"):
+            assert pl.read_parquet(partition_file(pooled, table, run)).equals(
+                pl.read_parquet(partition_file(alone, table, run))), (run, table)
