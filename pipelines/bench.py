@@ -659,7 +659,7 @@ def main(args) -> int:
             raise CommandError(f"release folder {release} does not exist or is not a folder")
     scales = [] if args.release and not args.scale else (args.scale or list(DEFAULT_SCALES))
     run_bench(scales, args.release, args.workdir, args.workers, args.repeat, args.json, args.keep,
-              with_pandas=not args.no_pandas, with_serial=not args.no_serial)
+              with_pandas=not args.no_pandas, with_serial=not args.no_serial, with_build=not args.no_build)
     return 0
 
 

@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--keep", action="store_true", help="keep the generated releases and lakes")
     bench.add_argument("--no-pandas", action="store_true", help="skip the naive pandas baseline (slow at 100x)")
     bench.add_argument("--no-serial", action="store_true", help="skip the 1-worker ingest (the parallel speedup)")
+    bench.add_argument("--no-build", action="store_true",
+                       help="skip the whole-build figures (Dagster and the models; most of the time at 100x)")
 
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument("query")
