@@ -275,7 +275,6 @@ class RunColumns:
         self._shape: _Shape | None = None
         self._rows: list[tuple] = []  # epoch rows of documents add_parsed took, not yet in the columns
         self._lists: tuple[list, ...] = ()  # the lists add_parsed extends, made when it takes its first document
-        self._declined = False  # the first document the fast path saw could not set a shape
 
     def _file(self, file: EpochFile, n: int) -> None:
         cols = self.epoch_cols
@@ -384,26 +383,30 @@ class RunColumns:
                       _typed_shape(doc, row_keys, list_keys, nested, short))
 
     def add_parsed(self, file: EpochFile, doc) -> bool:
-        """Adds the parsed JSON of one document if it has the run's shape; False (nothing added) if not. The first
-        document it sees sets the shape (and the typed decoder add_bytes uses)."""
+        """Adds the parsed JSON of one document if it has the run's shape, or can give the run its shape; False
+        (nothing added) if not."""
+        if type(doc) is not dict:
+            return False
         shape = self._shape
-        if shape is None:
-            if self._declined or type(doc) is not dict:
-                return False
-            self._flush()
-            shape = self._shape = self._shape_of(doc)
-            if shape is None:
-                self._declined = True
-                return False
-            if self._take_parsed(doc, file):
-                return True
-            # Not taken (a wrong epoch, say): the next document sets the shape, and with it the columns' order,
-            # which the typed decoder, blind to key order, could otherwise give to a document of another order.
-            self._shape = None
+        if shape is not None and tuple(doc) == shape.keys and tuple(map(type, doc.values())) == shape.types:
+            return self._take_parsed(doc, file)
+        return self._take_in_new_shape(doc, file)
+
+    def _take_in_new_shape(self, doc: dict, file: EpochFile) -> bool:
+        """Takes a document of another shape than the run's (the first document, or one with a key that appears
+        mid-run) and makes its shape the run's, and its typed decoder add_bytes'. Nothing changes if it cannot be
+        taken: a document that is not taken (a wrong epoch, say) must not set the shape, since the typed decoder,
+        blind to key order, would give its order to the columns of the next documents."""
+        new = self._shape_of(doc)
+        if new is None:
             return False
-        if type(doc) is not dict or tuple(doc) != shape.keys or tuple(map(type, doc.values())) != shape.types:
-            return False
-        return self._take_parsed(doc, file)
+        self._flush()  # the rows kept so far are moved into the columns by the shape they were taken in
+        old = self._shape, self._lists
+        self._shape, self._lists = new, ()
+        if self._take_parsed(doc, file):
+            return True
+        self._shape, self._lists = old
+        return False
 
     def _take_parsed(self, doc: dict, file: EpochFile) -> bool:
         """Takes a parsed document of the run's shape once its values pass decode_epoch's checks (numbers become

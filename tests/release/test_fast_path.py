@@ -35,12 +35,14 @@ def runs(draw) -> list[tuple[int, dict | str]]:
     """A run's documents: one shape (the same extras, in one order, of one type each) with random departures."""
     n_docs = draw(st.integers(1, 6))
     departures = draw(st.lists(st.sampled_from((None,) * 8 + DEPARTURES), min_size=n_docs, max_size=n_docs))
+    late_key_from = draw(st.one_of(st.none(), st.integers(0, n_docs - 1)))  # a key logged from this epoch on
     documents = []
     for epoch, how in enumerate(departures):
         n = draw(st.integers(1, 3))
+        late = {"grad_norm": 0.5} if late_key_from is not None and epoch >= late_key_from else {}
         doc = epoch_document(epoch, n=n, lr=1e-5, phase="rl", count=3, config={"b": [1, 2], "a": 0.5},
                              short_list=[1, 2, 3, 4], per_traj=[i * 0.5 for i in range(n)],
-                             flags=[i % 2 == 0 for i in range(n)])
+                             flags=[i % 2 == 0 for i in range(n)], **late)
         i = draw(st.integers(0, n - 1))
         text = None
         if how == "reward_str":
@@ -205,10 +207,10 @@ def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_is_declined(t
     assert columns.add_parsed(file(1), parse_document(text(docs[1]))[0])  # parsed, checked value by value
     assert columns.add_bytes(file(2), text(docs[2]))  # decoded typed from the bytes
     reordered = dict(reversed(list(docs[3].items())))
-    assert not columns.add_parsed(file(3), reordered)  # add_parsed wants the shape's key order...
-    assert columns.add_bytes(file(3), text(reordered))  # ...the typed decoder does not
-    # Another shape (no `lr`), a wrong epoch, a string among the rewards, a key twice: declined, nothing added.
-    other = epoch_document(4, n=2, config={"k": 1})
+    assert columns.add_bytes(file(3), text(reordered))  # the typed decoder ignores key order
+    # No shape (a documented key missing), a wrong epoch, a string among the rewards, a key twice: declined.
+    other = epoch_document(4, n=2, lr=0.1, config={"k": 1})
+    del other["loss"]
     assert not columns.add_parsed(file(4), other) and not columns.add_bytes(file(4), text(other))
     wrong_epoch = epoch_document(4, n=2, lr=0.1, config={"k": 1})
     assert not columns.add_parsed(file(5), wrong_epoch) and not columns.add_bytes(file(5), text(wrong_epoch))
@@ -224,3 +226,29 @@ def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_is_declined(t
     assert epochs["config"].to_list() == ['{"k": 1}'] * 4 and kinds["epochs"] == {"config": ["nested"]}
     assert trajectories["reward"].to_list() == [0.0, 0.25] * 4
     assert trajectories["traj_index"].to_list() == [0, 1] * 4
+
+
+def test_a_key_that_appears_mid_run_gives_the_run_a_new_shape(tmp_path):
+    """Like the sample's grad_norm, logged from epoch 400 of one run: the documents after it stay on the fast path."""
+    from pipelines.release.decode import decode_epoch, parse_document
+    from pipelines.release.discover import EpochFile
+
+    def file(epoch: int) -> EpochFile:
+        return EpochFile("run", f"/r/run/epoch_{epoch:03d}_results.json", f"run/epoch_{epoch:03d}_results.json",
+                         epoch, "file", 10, 10**18)
+
+    texts = [json.dumps(epoch_document(e, n=2, lr=0.1, **({"grad_norm": 0.5 * e} if e >= 3 else {}))).encode()
+             for e in range(6)]
+    columns, paths = RunColumns("run"), []
+    for epoch, text in enumerate(texts):
+        if columns.add_bytes(file(epoch), text):
+            paths.append("bytes")
+        else:
+            assert columns.add_parsed(file(epoch), parse_document(text)[0])
+            paths.append("parsed")
+    # Each shape's first document is parsed (it sets the shape), the others are decoded typed.
+    assert paths == ["parsed", "bytes", "bytes", "parsed", "bytes", "bytes"]
+    epochs, trajectories, _ = columns.frames()
+    expected = flatten("run", [(file(e), decode_epoch(text)) for e, text in enumerate(texts)])
+    assert epochs.equals(expected[0], null_equal=True) and trajectories.equals(expected[1], null_equal=True)
+    assert epochs["grad_norm"].to_list() == [None, None, None, 1.5, 2.0, 2.5]
