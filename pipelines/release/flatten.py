@@ -257,11 +257,11 @@ class RunColumns:
     """A run's flattened columns, filled document by document; frames() turns them into the two tables.
 
     add() takes a decoded EpochDoc. The fast path takes a document of the run's shape, the keys and value types of
-    the first document it took (the usual case: one writer wrote every epoch of a run): add_bytes() decodes its
-    bytes with the shape's typed decoder, which checks every value in C; add_parsed() takes its parsed JSON when
-    it has exactly the shape's keys, key order and value types, and checks its values as decode_epoch would.
-    The epoch rows both keep as tuples become columns in bulk. A document they decline goes through
-    decode_parsed and add().
+    the document that set it (the first one, or one where a key appears mid-run; usually one writer wrote every
+    epoch of a run): add_bytes() decodes its bytes with the shape's typed decoder, which checks every value in C;
+    add_parsed() takes its parsed JSON, checked as decode_epoch would check it, and sets the shape when the
+    document has another. The epoch rows both keep as tuples become columns in bulk. A document they decline
+    goes through decode_parsed and add().
     """
 
     def __init__(self, run_id: str):
