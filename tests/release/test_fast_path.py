@@ -26,7 +26,7 @@ DEPARTURES = (
     "short_list_is_n", "epoch_float", "snapshot_none", "no_trajectories", "all_int_rewards", "nan_reward",
     "deep_nested", "empty_lists", "dup_key_equal", "dup_key_differs", "colon_in_string", "big_int_reward",
     "big_int_per_traj", "count_beyond_int64", "lone_surrogate", "escaped_string", "nested_is_scalar", "flag_int",
-    "big_float_reward", "count_float",
+    "big_float_reward", "count_float", "pretty_printed", "crlf_and_bom",
 )
 
 
@@ -115,6 +115,10 @@ def runs(draw) -> list[tuple[int, dict | str]]:
             text = json.dumps(doc).replace('"rewards": [0.0', '"rewards": [1e400', 1)
         elif how == "count_float":
             doc["count"] = 3.0
+        elif how == "pretty_printed":  # as json.dump(indent=2) writes it: the same document
+            text = json.dumps(doc, indent=2)
+        elif how == "crlf_and_bom":  # Windows line ends are whitespace; a byte-order mark is not JSON
+            text = ("\ufeff" if i % 2 else "") + json.dumps(doc, indent=1).replace("\n", "\r\n")
         documents.append((epoch, text if text is not None else doc))
     return documents
 
