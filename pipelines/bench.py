@@ -282,6 +282,15 @@ class Measurement:
         return self.result.get("seconds", self.wall_seconds)
 
 
+def _step_environment() -> dict[str, str]:
+    """The steps' environment. The releases measured were written minutes ago, and a run counts as quiet (settled
+    from its folder stamps) an hour after its last write: unless GRPO_QUIET_SECONDS is set, the steps take runs as
+    quiet at once, so the rebuild figures are those of a release left alone for longer, as a published one is."""
+    from pipelines.lake import ENV_QUIET_SECONDS
+
+    return {ENV_QUIET_SECONDS: "0", **os.environ}
+
+
 def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
     """Runs one step in a fresh process and measures it."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +300,7 @@ def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
     peak_tree = peak_single = 0
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True, env=_step_environment())
         finished = threading.Event()
 
         def sample() -> None:
@@ -609,7 +618,8 @@ def run_bench(scales: list[int], releases: list[str], workdir: str | None, worke
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="grpo_bench_"))
     base.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine(), "workers": workers, "repeat": repeat, "command": sys.argv, "results": {}}
-    say(f"benchmark in {base} with {workers} worker(s); every step in its own process, medians of {repeat}")
+    say(f"benchmark in {base} with {workers} worker(s); every step in its own process, medians of {repeat}; "
+        f"runs quiet after {_step_environment()['GRPO_QUIET_SECONDS']} s (GRPO_QUIET_SECONDS)")
     try:
         plans = []
         if releases:

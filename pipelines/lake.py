@@ -25,10 +25,16 @@ from pipelines.release.flatten import (
 )
 
 LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
-# A run whose newest epoch file was this old when its folder was last listed is quiet: its writer is done with it.
-# A quiet run with no quarantined file and no problem entry is not listed again while its folders keep the stamps
-# they had then (see unchanged_by_stamps); a full scan lists it anyway.
-QUIET_SECONDS = 3600
+# A run last written to (the latest ctime of its epoch files and folders) this long before it was listed is quiet:
+# its writer is done with it. A quiet run with no quarantined file and no problem entry is not listed again while its
+# folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. GRPO_QUIET_SECONDS
+# sets the wait (0: at once; negative: never, every build lists every file).
+ENV_QUIET_SECONDS = "GRPO_QUIET_SECONDS"
+DEFAULT_QUIET_SECONDS = 3600
+
+
+def quiet_seconds() -> int:
+    return int(os.environ.get(ENV_QUIET_SECONDS) or DEFAULT_QUIET_SECONDS)
 RUN_TABLES = ("epochs", "trajectories", "errors", "files")
 ERROR_COLUMNS = {
     "run_id": pl.String,
@@ -259,11 +265,11 @@ def _stamps_record(listing: RunListing, quarantined: int, rows: dict) -> dict | 
     """
     if listing.folders is None or quarantined or any(s.is_problem for s in listing.skipped):
         return None
-    newest = max((f.mtime_ns for f in listing.epoch_files), default=0)
-    if listing.listed_at_ns - newest < QUIET_SECONDS * 10**9:
+    wait = quiet_seconds()
+    if wait < 0 or listing.listed_at_ns - listing.changed_at_ns < wait * 10**9:
         return None
     return {"format": LAKE_FORMAT, "release": listing.run.release, "rows": rows,
-            "listed_at_ns": listing.listed_at_ns, "newest_mtime_ns": newest,
+            "listed_at_ns": listing.listed_at_ns, "changed_at_ns": listing.changed_at_ns,
             "folders": {path: list(stamp) for path, stamp in listing.folders.items()}}
 
 

@@ -1,5 +1,8 @@
 """A quiet run whose folders have not changed is settled from their stamps, without a stat of each file; every
-change that adds, removes or renames an entry is still found, and a full scan finds a file rewritten in place."""
+change that adds, removes or renames an entry is still found, and a full scan finds a file rewritten in place.
+
+A run is quiet once it was last written to (its latest ctime) GRPO_QUIET_SECONDS before a listing (default an
+hour). Files written by a test are minutes old at most, so most tests set it to 0: quiet at once."""
 
 import json
 import os
@@ -9,17 +12,23 @@ import pytest
 
 import pipelines.lake
 from conftest import epoch_document
-from pipelines.lake import QUIET_SECONDS, ingest_runs, runs_needing_ingest, stamps_file, unchanged_by_stamps
+from pipelines.lake import DEFAULT_QUIET_SECONDS, ENV_QUIET_SECONDS, ingest_runs, runs_needing_ingest, stamps_file
+from pipelines.lake import unchanged_by_stamps
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
 
-HOURS_AGO = 2 * 3600 * 10**9  # older than QUIET_SECONDS
-assert HOURS_AGO > QUIET_SECONDS * 10**9
+HOURS = 2 * 3600 * 10**9  # longer than the default wait
+assert HOURS > DEFAULT_QUIET_SECONDS * 10**9
 
 
-def age(*paths, ns=HOURS_AGO):
-    """Sets the files' mtimes back: written long ago, as in a published release."""
-    when = time.time_ns() - ns
+@pytest.fixture
+def quiet_at_once(monkeypatch):
+    monkeypatch.setenv(ENV_QUIET_SECONDS, "0")
+
+
+def set_mtime_back(*paths):
+    """Sets the files' mtimes two hours back, as utime, tar or cp -p do: their ctimes stay at now."""
+    when = time.time_ns() - HOURS
     for path in paths:
         os.utime(path, ns=(when, when))
 
@@ -54,12 +63,12 @@ def ingest(release, lake, full_scan=False):
 
 
 @pytest.fixture
-def quiet_release(tmp_path, write_epoch):
+def quiet_release(tmp_path, write_epoch, quiet_at_once):
     """Two quiet runs (one per layout) of three epochs, ingested once."""
     release, lake = tmp_path / "release", tmp_path / "lake"
-    files = [write_epoch(release / "run_a", e) for e in range(3)]
-    files += [write_epoch(release / "run_b", e, layout="folder") for e in range(3)]
-    age(*files)
+    for e in range(3):
+        write_epoch(release / "run_a", e)
+        write_epoch(release / "run_b", e, layout="folder")
     ingest(release, lake)
     return release, lake
 
@@ -86,9 +95,9 @@ def test_every_change_to_a_folder_is_found(quiet_release, write_epoch, listed, c
     run = "run_b" if change in ("new folder-layout epoch", "file beside results.json", "results.json removed") \
         else "run_a"
     if change == "new file":
-        age(write_epoch(release / "run_a", 3))  # even written with an old mtime
+        set_mtime_back(write_epoch(release / "run_a", 3))  # even with an old mtime
     elif change == "new folder-layout epoch":
-        age(write_epoch(release / "run_b", 3, layout="folder"))
+        set_mtime_back(write_epoch(release / "run_b", 3, layout="folder"))
     elif change == "file removed":
         (release / "run_a" / "epoch_001_results.json").unlink()
     elif change == "file renamed":
@@ -97,12 +106,11 @@ def test_every_change_to_a_folder_is_found(quiet_release, write_epoch, listed, c
         (release / "run_b" / "epoch_001" / "notes.txt").write_text("x")
     elif change == "results.json removed":
         (release / "run_b" / "epoch_001" / "results.json").unlink()
-    else:  # replaced by a copy without epoch 0, whose files are as old: only the folder's inode tells
+    else:  # replaced by a copy without epoch 0: the folder's inode tells
         copy = release.parent / "copy"
         copy.mkdir()
         for path in sorted((release / "run_a").iterdir())[1:]:
             (copy / path.name).write_bytes(path.read_bytes())
-            age(copy / path.name)
         os.rename(release / "run_a", release.parent / "old")
         os.rename(copy, release / "run_a")
 
@@ -125,13 +133,13 @@ def test_a_file_rewritten_in_place_in_a_quiet_run_is_found_by_a_full_scan(quiet_
     assert runs_needing_ingest(runs_of(release), lake, 10**6, full_scan=True) == ["run_a"]
     results = ingest(release, lake, full_scan=True)
     assert (results["run_a"].files_parsed, results["run_a"].trajectories) == (1, 4 + 6 + 4)
-    # Written now, the file makes the run busy: it is listed on every build until it has been quiet for an hour.
-    assert stamps(lake, "run_a") is None
 
 
-def test_a_busy_run_is_listed_every_time_and_becomes_quiet_once_its_files_are_old(tmp_path, write_epoch, listed):
+def test_a_busy_run_is_listed_every_time_and_becomes_quiet_an_hour_after_its_last_write(
+        tmp_path, write_epoch, listed, monkeypatch):
     release, lake = tmp_path / "release", tmp_path / "lake"
     files = [write_epoch(release / "run_a", e) for e in range(2)]  # just written: a trainer may still rewrite them
+    set_mtime_back(*files)  # an mtime set back does not make a run quiet: its ctime says it was written now
     ingest(release, lake)
     assert stamps(lake, "run_a") is None
     listed.clear()
@@ -142,33 +150,32 @@ def test_a_busy_run_is_listed_every_time_and_becomes_quiet_once_its_files_are_ol
     assert ingest(release, lake)["run_a"].files_parsed == 1
     assert listed == ["run_a"]
 
-    age(*files)  # the mtimes move back, so both are parsed again, and the run is quiet from now on
-    assert ingest(release, lake)["run_a"].files_parsed == 2
-    assert stamps(lake, "run_a") is not None
+    # Two hours later, nothing changed: nothing is parsed, and the listing finds the run quiet. The stamps are
+    # recorded, also when the listing is the CLI's check (which parses nothing).
+    listing_time = time.time_ns() + HOURS
+    with monkeypatch.context() as later:
+        later.setattr(discover.time, "time_ns", lambda: listing_time)
+        assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
+    record = stamps(lake, "run_a")
+    assert record["listed_at_ns"] == listing_time
+    assert record["changed_at_ns"] == max(os.stat(p).st_ctime_ns for p in [*files, release / "run_a"])
     listed.clear()
     assert ingest(release, lake)["run_a"].files_parsed == 0
     assert listed == []
 
 
-def test_a_run_becomes_quiet_on_a_no_change_build(tmp_path, write_epoch, monkeypatch):
+def test_a_negative_wait_lists_every_run_on_every_build(tmp_path, write_epoch, monkeypatch):
     release, lake = tmp_path / "release", tmp_path / "lake"
-    files = [write_epoch(release / "run_a", e) for e in range(2)]
+    write_epoch(release / "run_a", 0)
+    monkeypatch.setenv(ENV_QUIET_SECONDS, "-1")
+    monkeypatch.setattr(discover.time, "time_ns", lambda: 10**20)  # any time later
     ingest(release, lake)
-    assert stamps(lake, "run_a") is None
-    # Two hours later the files' mtimes are unchanged, so nothing is parsed, but the listing finds them old: the
-    # manifest records the stamps, also when the CLI's check (which parses nothing) makes the listing.
-    listing_time = time.time_ns() + HOURS_AGO
-    monkeypatch.setattr(discover.time, "time_ns", lambda: listing_time)
-    assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
-    monkeypatch.undo()
-    scan = stamps(lake, "run_a")
-    assert scan["listed_at_ns"] == listing_time
-    assert scan["newest_mtime_ns"] == max(f.stat().st_mtime_ns for f in files)
-    assert unchanged_by_stamps(runs_of(release)[0], lake) is not None
+    assert stamps(lake, "run_a") is None and unchanged_by_stamps(runs_of(release)[0], lake) is None
 
 
 @pytest.mark.parametrize("trouble", ["quarantined file", "link"])
-def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_epoch, listed, trouble):
+def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_epoch, listed, trouble,
+                                                                 quiet_at_once):
     release, lake = tmp_path / "release", tmp_path / "lake"
     files = [write_epoch(release / "run_a", e) for e in range(2)]
     if trouble == "quarantined file":
@@ -176,7 +183,6 @@ def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_
     else:
         files.append(write_epoch(release / "source", 2))
         os.symlink(files[-1], release / "run_a" / "epoch_002_results.json")
-    age(*files)
     ingest(release, lake)
     assert stamps(lake, "run_a") is None
     listed.clear()
@@ -184,7 +190,7 @@ def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_
     # Fixed (or its link target rewritten) in place, old mtime and all: found because the run is listed.
     path = files[-1]
     path.write_text(json.dumps(epoch_document(2, n=7)))
-    age(path, ns=HOURS_AGO // 2)
+    set_mtime_back(path)
     assert ingest(release, lake)["run_a"].files_parsed == 1
     assert "run_a" in listed
     assert ingest(release, lake)["run_a"].trajectories == 4 + 4 + 7
@@ -193,8 +199,7 @@ def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_
 def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatch):
     release, lake = quiet_release
     path = release / "run_a" / "epoch_001_results.json"
-    path.write_text(json.dumps(epoch_document(1, n=6)))  # in place, and as old as the rest
-    age(path)
+    path.write_text(json.dumps(epoch_document(1, n=6)))  # in place: the folder does not change
     write = pipelines.lake.write_atomically
 
     def crash_on_trajectories(frame, path):
@@ -202,10 +207,9 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
             raise OSError("disk full")
         write(frame, path)
 
-    monkeypatch.setattr(pipelines.lake, "write_atomically", crash_on_trajectories)
-    with pytest.raises(OSError):
+    with monkeypatch.context() as crashing, pytest.raises(OSError):
+        crashing.setattr(pipelines.lake, "write_atomically", crash_on_trajectories)
         ingest(release, lake, full_scan=True)
-    monkeypatch.undo()
     # The epochs partition holds the new epoch 1 already, the manifest the old one: the run's folder has not
     # changed, but its stamps were dropped before the rewrite began, so it is listed and finished.
     assert stamps(lake, "run_a") is None
@@ -213,10 +217,9 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
     assert ingest(release, lake)["run_a"].trajectories == 4 + 6 + 4
 
 
-def test_build_full_scan_finds_a_file_rewritten_in_place(tmp_path, write_epoch, build, query):
+def test_build_full_scan_finds_a_file_rewritten_in_place(tmp_path, write_epoch, build, query, quiet_at_once):
     release, wh = tmp_path / "release", tmp_path / "wh"
     files = [write_epoch(release / "run_a", e) for e in range(2)]
-    age(*files)
     assert build([release], wh) == 0
     files[1].write_text(json.dumps(epoch_document(1, n=6)))  # in place
     assert build([release], wh) == 0

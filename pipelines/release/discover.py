@@ -69,6 +69,9 @@ class RunListing:
     # is a link, or a folder could not be stamped: a link's target can change without its folder changing.
     folders: dict[str, FolderStamp] | None = None
     listed_at_ns: int = 0  # wall clock when the listing began
+    # The latest change time (ctime) of an epoch file or folder it saw: when the run was last written to. Unlike
+    # an mtime, a ctime cannot be set back (utime, tar and cp -p set mtimes and leave the ctime at "now").
+    changed_at_ns: int = 0
 
 
 def folder_stamp(st: os.stat_result) -> FolderStamp:
@@ -153,6 +156,7 @@ def list_run(run: RunFolder) -> RunListing:
 
     listed_at_ns = time.time_ns()
     folders: dict[str, FolderStamp] | None = None
+    changed_at_ns = 0
 
     def link_problem(entry: os.DirEntry) -> str | None:
         nonlocal folders
@@ -162,6 +166,7 @@ def list_run(run: RunFolder) -> RunListing:
         return _link_problem(Path(entry.path), root)
 
     def add_epoch(entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
+        nonlocal changed_at_ns
         try:
             st = entry.stat()  # follows a link (already checked to stay inside the root), as Path.stat does
         except OSError as exc:
@@ -169,10 +174,12 @@ def list_run(run: RunFolder) -> RunListing:
             return
         epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns,
                                      st.st_dev, st.st_ino))
+        changed_at_ns = max(changed_at_ns, st.st_ctime_ns)
 
     try:
         st = os.stat(run.path, follow_symlinks=False)
         folders = None if stat.S_ISLNK(st.st_mode) else {prefix: folder_stamp(st)}
+        changed_at_ns = st.st_ctime_ns
         with os.scandir(run.path) as listing:
             entries = sorted(listing, key=_name)
     except OSError as exc:
@@ -193,7 +200,9 @@ def list_run(run: RunFolder) -> RunListing:
         elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
             try:
                 if folders is not None:
-                    folders[source_path] = folder_stamp(entry.stat(follow_symlinks=False))
+                    folder = entry.stat(follow_symlinks=False)
+                    folders[source_path] = folder_stamp(folder)
+                    changed_at_ns = max(changed_at_ns, folder.st_ctime_ns)
                 with os.scandir(entry.path) as listing:
                     inner_entries = sorted(listing, key=_name)
             except OSError as exc:
@@ -221,7 +230,7 @@ def list_run(run: RunFolder) -> RunListing:
                  "stray_file")
         else:
             skip(source_path, "not an epoch file")
-    return RunListing(run, epoch_files, skipped, folders, listed_at_ns)
+    return RunListing(run, epoch_files, skipped, folders, listed_at_ns, changed_at_ns)
 
 
 def _name(entry: os.DirEntry) -> str:
