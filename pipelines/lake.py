@@ -31,10 +31,6 @@ LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
 # sets the wait (0: at once; negative: never, every build lists every file).
 ENV_QUIET_SECONDS = "GRPO_QUIET_SECONDS"
 DEFAULT_QUIET_SECONDS = 3600
-
-
-def quiet_seconds() -> int:
-    return int(os.environ.get(ENV_QUIET_SECONDS) or DEFAULT_QUIET_SECONDS)
 RUN_TABLES = ("epochs", "trajectories", "errors", "files")
 ERROR_COLUMNS = {
     "run_id": pl.String,
@@ -55,6 +51,11 @@ FILE_COLUMNS = {
     "status": pl.String,  # loaded | loaded_with_warnings | quarantined | skipped
     "reason": pl.String,
 }
+
+
+def quiet_seconds() -> int:
+    """How long after its last write a run counts as quiet (GRPO_QUIET_SECONDS, default an hour)."""
+    return int(os.environ.get(ENV_QUIET_SECONDS) or DEFAULT_QUIET_SECONDS)
 
 
 def partition_file(lake: Path, table: str, run_id: str) -> Path:
