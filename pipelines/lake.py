@@ -257,6 +257,11 @@ def _source_path(entry: SkippedEntry) -> str:
     return entry.source_path
 
 
+def _partitions_present(lake: Path, run_id: str) -> bool:
+    """Whether the partitions every ingest of a run writes (errors, files; a run may have no epochs) are there."""
+    return all(os.path.exists(partition_file(lake, table, run_id)) for table in ("errors", "files"))
+
+
 def _stamps_record(listing: RunListing, quarantined: int, rows: dict) -> dict | None:
     """What a later build needs to settle the run without listing it, or None when it must list it.
 
@@ -301,7 +306,7 @@ def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
         return None
     if not folders_unchanged(run.release_root, record["folders"]):
         return None
-    if not all(os.path.exists(partition_file(lake, t, run.run_id)) for t in ("errors", "files")):
+    if not _partitions_present(lake, run.run_id):
         return None
     return _result(run.run_id, False, 0, 0, lake, started, rows=record["rows"])
 
@@ -329,8 +334,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             or o["status"] == "quarantined" and _worth_retrying(o, f, max_file_bytes)
         ]
         removed = files.keys() - current.keys()
-        partitions_present = all(partition_file(lake, t, run_id).exists() for t in ("errors", "files"))
-        if not changed and not removed and previous.get("skipped") == skipped and partitions_present:
+        if not changed and not removed and previous.get("skipped") == skipped and _partitions_present(lake, run_id):
             quarantined = sum(o["status"] == "quarantined" for o in files.values())
             record = _stamps_record(listing, quarantined, previous.get("rows"))
             old = _read_stamps(lake, run_id)
