@@ -7,6 +7,7 @@ import dagster as dg
 import pytest
 
 from conftest import epoch_document
+import pipelines.defs.ingest.sensors
 from pipelines.defs.ingest.sensors import (
     RELEASE_KEYS,
     RUN_LAKE_KEYS,
@@ -16,7 +17,7 @@ from pipelines.defs.ingest.sensors import (
     scan_releases,
 )
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import ingest_run_folder
+from pipelines.lake import ENV_QUIET_SECONDS, ingest_run_folder
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import lake_dir
 
@@ -178,6 +179,53 @@ def test_files_already_in_the_lake_are_not_handed_to_ingest_again(tmp_path, writ
     changes = scan_releases([release], lake, {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
     assert changes.new_runs == ["run_a"]
     assert changes.runs_to_ingest == {"run_a": ["run_a/epoch_003_results.json"]}
+
+
+@pytest.fixture
+def quiet_run(tmp_path, ticker, write_epoch, monkeypatch):
+    """run_a, two epochs long ingested, quiet at once (GRPO_QUIET_SECONDS=0), as the sensor last saw it; and the
+    run ids the sensor lists from then on."""
+    monkeypatch.setenv(ENV_QUIET_SECONDS, "0")
+    run = tmp_path / "release" / "run_a"
+    for epoch in range(2):
+        set_mtime(write_epoch(run, epoch), OLD)
+    ticker.ingest(ticker())  # the lake now holds the run, and its folder stamps
+    listed: list[str] = []
+    list_run = pipelines.defs.ingest.sensors.list_run
+    monkeypatch.setattr(pipelines.defs.ingest.sensors, "list_run", lambda r: listed.append(r.run_id) or list_run(r))
+    return run, listed
+
+
+def test_a_quiet_run_is_not_listed_and_its_files_leave_the_cursor(ticker, quiet_run):
+    run, listed = quiet_run
+    result = ticker()
+    assert result.run_requests == [] and listed == []
+    assert ticker.partitions() == ["run_a"]  # still known: not a run that went away
+    _, state = parse_cursor(ticker.cursor)
+    assert state["run_a"].quiet and state["run_a"].taken == {}
+
+    result = ticker()  # and stays so
+    assert result.run_requests == [] and listed == []
+
+
+def test_a_quiet_run_that_changes_is_listed_and_only_its_new_file_handed_over(ticker, write_epoch, quiet_run):
+    run, listed = quiet_run
+    ticker()
+    set_mtime(write_epoch(run, 2), OLD)  # the run folder changes: its stamps no longer hold
+    changes = scan_releases(ticker.config.release_roots(), lake_dir(ticker.config.warehouse),
+                            parse_cursor(ticker.cursor)[1], now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    assert listed == ["run_a"]
+    assert changes.runs_to_ingest == {"run_a": ["run_a/epoch_002_results.json"]}  # the lake has the other two
+    assert not changes.state["run_a"].quiet
+
+
+def test_a_quiet_run_with_a_new_entry_beside_its_epochs_is_inventoried_again(ticker, quiet_run):
+    run, listed = quiet_run
+    ticker()
+    (run / "notes.txt").write_text("a stray file: the run's inventory (lake.files) changes")
+    result = ticker()
+    assert listed == ["run_a"] and ingested_runs(result) == ["run_a"]
+    assert ticker.ingest(result)["run_a"].files_parsed == 0
 
 
 def test_settling_by_age_and_by_a_second_look(tmp_path, write_epoch):

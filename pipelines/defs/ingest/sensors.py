@@ -13,11 +13,11 @@ import dagster as dg
 from pipelines.defs.ingest import assets as ingest_assets
 from pipelines.defs.ingest.partitions import run_partitions
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import read_manifest
+from pipelines.lake import read_manifest, unchanged_by_stamps
 from pipelines.release.discover import find_run_folders, list_run
 from pipelines.warehouse_db import lake_dir
 
-CURSOR_FORMAT = 1
+CURSOR_FORMAT = 2  # 2: a quiet run is kept as {"quiet": true}, without its files
 COMPRESSED = "zlib:"  # prefix of a cursor stored as base64 of zlib-compressed JSON
 # Keys, not the asset objects: a module-level asset here would be loaded a second time from this module.
 RUN_LAKE_KEYS = sorted(ingest_assets.run_lake.keys)
@@ -32,6 +32,9 @@ class RunWatch:
     taken: dict[str, Stat] = field(default_factory=dict)  # files handed to ingest, at the stat they had then
     pending: dict[str, Stat] = field(default_factory=dict)  # files seen changing, not yet settled
     others: str = ""  # digest of the run folder's non-epoch entries (they are inventoried too)
+    # Settled from the lake's folder stamps (lake.unchanged_by_stamps), not listed: the lake's manifest stands in
+    # for taken and others when the run is next listed.
+    quiet: bool = False
 
 
 @dataclass
@@ -56,7 +59,7 @@ def parse_cursor(cursor: str | None) -> tuple[int, dict[str, RunWatch]]:
     if data.get("format") != CURSOR_FORMAT:
         return 0, {}
     runs = {
-        run_id: RunWatch(
+        run_id: RunWatch(quiet=True) if watch.get("quiet") else RunWatch(
             {p: tuple(s) for p, s in watch["taken"].items()},
             {p: tuple(s) for p, s in watch["pending"].items()},
             watch["others"],
@@ -68,17 +71,27 @@ def parse_cursor(cursor: str | None) -> tuple[int, dict[str, RunWatch]]:
 
 def dump_cursor(tick: int, state: dict[str, RunWatch]) -> str:
     runs = {
-        run_id: {"taken": w.taken, "pending": w.pending, "others": w.others} for run_id, w in sorted(state.items())
+        run_id: {"quiet": True} if w.quiet else {"taken": w.taken, "pending": w.pending, "others": w.others}
+        for run_id, w in sorted(state.items())
     }
     text = json.dumps({"format": CURSOR_FORMAT, "tick": tick, "runs": runs}, separators=(",", ":"))
     # Dagster stores the cursor with every tick; the per-file JSON (~75 bytes a file) shrinks about tenfold.
     return COMPRESSED + base64.b64encode(zlib.compress(text.encode(), 6)).decode()
 
 
-def _ingested_stats(lake: Path, run_id: str) -> dict[str, Stat]:
-    """The files the lake already holds for a run, at the stat they were parsed at (from its manifest)."""
+def _others_digest(entries) -> str:
+    """A digest of a run folder's non-epoch entries, as (source path, reason) pairs."""
+    return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()[:16]
+
+
+def _lake_watch(lake: Path, run_id: str) -> RunWatch:
+    """What the lake already holds of a run (from its manifest): its files at the stat they were parsed at, and its
+    non-epoch entries; none ("" for others: not compared) when the lake has no manifest of it."""
     manifest = read_manifest(lake, run_id)
-    return {path: (o["size"], o["mtime_ns"]) for path, o in manifest.get("files", {}).items()}
+    if not manifest:
+        return RunWatch()
+    return RunWatch(taken={path: (o["size"], o["mtime_ns"]) for path, o in manifest["files"].items()},
+                    others=_others_digest((s["source_path"], s["reason"]) for s in manifest["skipped"]))
 
 
 def scan_releases(
@@ -87,7 +100,11 @@ def scan_releases(
     """Compares the releases' run folders and file stats with the sensor's state; stats files, parses nothing.
 
     A file is settled, and taken, when its (size, mtime) is the same as on the previous look, or when its
-    mtime is older than settle_ns: a file still being written keeps changing, so it waits.
+    mtime is older than settle_ns: a file still being written keeps changing, so it waits. A quiet run the lake
+    holds, whose folders have not changed since (lake.unchanged_by_stamps), is not listed: at 100x the releases'
+    files are mostly in quiet runs, and a tick would stat every one of them and carry each one's stat in its
+    cursor. As for a build, a file of a quiet run rewritten in place is then found by a full listing only (the
+    nightly refresh).
     """
     runs, _, problems = find_run_folders(release_roots)
     # A release root that is missing for a moment (an unmounted disk) must not look like its runs were deleted.
@@ -95,17 +112,18 @@ def scan_releases(
     new_state: dict[str, RunWatch] = {}
     new_runs, to_ingest, waiting = [], {}, {}
     for run_id, run in sorted(runs.items()):
-        listing = list_run(run)
         previous = state.get(run_id)
         if previous is None:
             new_runs.append(run_id)
+        if (previous is None or not previous.pending) and unchanged_by_stamps(run, lake) is not None:
+            new_state[run_id] = RunWatch(quiet=True)
+            continue
+        listing = list_run(run)
+        if previous is None or previous.quiet:
             # Files the lake already holds (from an earlier build) are not handed to ingest again.
-            previous = RunWatch(taken=_ingested_stats(lake, run_id), others="")
+            previous = _lake_watch(lake, run_id)
         current = {f.source_path: (f.size, f.mtime_ns) for f in listing.epoch_files}
-        others = hashlib.sha256(
-            json.dumps(sorted((s.source_path, s.reason) for s in listing.skipped)).encode()
-        ).hexdigest()[:16]
-        watch = RunWatch(others=others)
+        watch = RunWatch(others=_others_digest((s.source_path, s.reason) for s in listing.skipped))
         changed: list[str] = []
         for path, stat in current.items():
             if previous.taken.get(path) == stat:
@@ -118,7 +136,7 @@ def scan_releases(
                 if path in previous.taken:  # still ingested at its old stat until the new one settles
                     watch.taken[path] = previous.taken[path]
         removed = sorted(set(previous.taken) - set(current))
-        others_changed = previous.others not in ("", others)
+        others_changed = previous.others not in ("", watch.others)
         if changed or removed or others_changed:
             to_ingest[run_id] = sorted(changed) + removed
         if watch.pending:
