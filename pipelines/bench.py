@@ -213,8 +213,23 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
     return {"seconds": seconds, "status": status, "steps": steps}
 
 
+def step_sensor(releases: list[str], lake: str) -> dict:
+    """A tick of the release sensor with nothing changed, after the lake was built: the look at the releases and the
+    cursor it stores (the first tick, from an empty cursor, is not timed)."""
+    from pipelines.defs.ingest.sensors import dump_cursor, scan_releases
+    from pipelines.defs.resources import WarehouseConfig
+
+    roots, settle_ns = [Path(r) for r in releases], WarehouseConfig().settle_seconds * 10**9
+    first = scan_releases(roots, Path(lake), {}, time.time_ns(), settle_ns)
+    started = time.perf_counter()
+    tick = scan_releases(roots, Path(lake), first.state, time.time_ns(), settle_ns)
+    cursor = dump_cursor(1, tick.state)
+    return {"seconds": time.perf_counter() - started, "cursor_bytes": len(cursor),
+            "runs_to_ingest": len(tick.runs_to_ingest), "quiet_runs": sum(w.quiet for w in tick.state.values())}
+
+
 STEPS = {"decode": step_decode, "ingest": step_ingest, "duckdb": step_duckdb, "pandas": step_pandas,
-         "build": step_build}
+         "build": step_build, "sensor": step_sensor}
 
 
 def _child_main(step: str, args_json: str) -> None:
@@ -404,6 +419,7 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
         shutil.rmtree(work / "lake_serial", ignore_errors=True)
     run("ingest_full", "ingest", before=fresh(lake), releases=releases, lake=str(lake), workers=workers)
     run("ingest_no_change", "ingest", releases=releases, lake=str(lake), workers=workers)
+    run("sensor_tick", "sensor", releases=releases, lake=str(lake))
     added = iter(range(10**6))
     run("ingest_one_file", "ingest", before=lambda _a: add_epoch_file(releases, next(added)),
         releases=releases, lake=str(lake), workers=workers)
@@ -458,6 +474,9 @@ def summarize(raw: dict) -> dict:
         "duckdb_vs_ingest": s["duckdb"] / s["ingest_full"],
         "one_file_share": s["ingest_one_file"] / s["ingest_full"],
     }
+    if "sensor_tick" in raw:
+        summary["sensor_cursor_bytes"] = first["sensor_tick"]["cursor_bytes"]
+        summary["sensor_quiet_runs"] = first["sensor_tick"]["quiet_runs"]
     if "build_full" in raw:
         summary["build_one_file_share"] = wall["build_one_file"] / wall["build_full"]
     if "pandas" in s:
@@ -562,6 +581,12 @@ def format_table(label: str, summary: dict) -> str:
          f"{summary['no_change_files_parsed']} files parsed", "ingest_no_change"),
         ("ingest, one new epoch file", s["ingest_one_file"], wall["ingest_one_file"],
          f"{100 * summary['one_file_share']:.1f}% of full ingest", "ingest_one_file"),
+    ]
+    if "sensor_tick" in s:
+        rows.append(("sensor tick, no change", s["sensor_tick"], wall["sensor_tick"],
+                     f"cursor {summary['sensor_cursor_bytes'] / 1e3:,.1f} kB, {summary['sensor_quiet_runs']} quiet "
+                     f"runs not listed", "sensor_tick"))
+    rows += [
         ("plain DuckDB read_json+unnest+COPY", s["duckdb"], wall["duckdb"],
          f"{summary['duckdb_vs_ingest']:.2f}x = this / ingest", "duckdb"),
     ]

@@ -45,13 +45,16 @@ def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
     assert raw["duckdb"][0]["result"]["trajectories"] == 20  # measured before the one-file figure adds a file
     assert raw["pandas"][0]["result"]["trajectories"] == 20
     assert raw["ingest_one_file"][0]["result"]["trajectories"] == 24  # the copied document adds its 4
+    # The bench's steps take runs as quiet at once: the sensor's tick after the build lists neither run.
+    assert {k: raw["sensor_tick"][0]["result"][k] for k in ("quiet_runs", "runs_to_ingest")} == {
+        "quiet_runs": 2, "runs_to_ingest": 0}
     for name in ("decode_lower_bound", "ingest_1_worker", "ingest_full", "ingest_no_change", "ingest_one_file",
-                 "duckdb", "pandas"):
+                 "sensor_tick", "duckdb", "pandas"):
         measurement = raw[name][0]
         assert measurement["wall_seconds"] > 0 and measurement["peak_rss_bytes"] > 0, name
     text = "\n".join(lines)
     for figure in ("decode-only lower bound", "ingest, full", "1 worker", "no change", "one new epoch file",
-                   "plain DuckDB", "pandas", "targets (issue 7)"):
+                   "sensor tick", "plain DuckDB", "pandas", "targets (issue 7)"):
         assert figure in text, figure
     assert json.loads((tmp_path / "bench.json").read_text())["machine"]["nproc"] >= 1
     assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
