@@ -14,6 +14,11 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LAKE_SCHEMA = "lake"
 _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
 _PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
+# A header line `-- incremental: run_id` declares that each row of the model belongs to one run and is computed from
+# that run's rows alone (and from tables that hold every run, such as dim_runs): after a change to some runs, only
+# their rows are computed again (see warehouse_db.refresh_rows).
+_INCREMENTAL = re.compile(r"^--\s*incremental:\s*(\S+)\s*$", re.MULTILINE)
+INCREMENTAL_KEYS = ("run_id",)
 
 
 class ModelError(Exception):
@@ -29,6 +34,7 @@ class SqlModel:
     description: str  # the file's header comment
     model_deps: tuple[str, ...]  # other models it reads
     lake_deps: tuple[str, ...]  # lake views it reads (lake.<table>)
+    incremental_key: str | None = None  # from an `-- incremental: <key>` header line
 
     def fingerprint(self, params: dict, upstream: list[str]) -> str:
         payload = json.dumps([self.sql, params, sorted(upstream)], sort_keys=True, default=str)
@@ -39,7 +45,8 @@ def header_comment(sql: str) -> str:
     match = _LEADING_COMMENT.match(sql)
     if not match:
         return ""
-    lines = [line.strip().removeprefix("--").strip() for line in match.group(1).splitlines()]
+    lines = [line.strip().removeprefix("--").strip() for line in match.group(1).splitlines()
+             if not _INCREMENTAL.match(line.strip())]
     text = " ".join(line for line in lines if line).strip()
     # The header is the asset's description in the UI: name a parameter, not the SQL that reads it.
     return _PARAMETER_READ.sub(r"`\1`", text)
@@ -100,8 +107,14 @@ def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset
                     f"{path}: reads table `{qualified}`, which is neither a model in {sql_dir} "
                     f"nor a lake table ({', '.join(f'{LAKE_SCHEMA}.{t}' for t in sorted(lake_tables)) or 'lake.*'})"
                 )
+        header = _LEADING_COMMENT.match(sql)
+        incremental = _INCREMENTAL.search(header.group(1)) if header else None
+        if incremental and incremental.group(1) not in INCREMENTAL_KEYS:
+            raise ModelError(f"{path}: `incremental: {incremental.group(1)}` is not a key models can be refreshed by "
+                             f"({', '.join(INCREMENTAL_KEYS)})")
         models[path.stem] = SqlModel(
-            path.stem, path.parent.name, path, sql, header_comment(sql), tuple(sorted(model_deps)), tuple(sorted(lake_deps))
+            path.stem, path.parent.name, path, sql, header_comment(sql), tuple(sorted(model_deps)),
+            tuple(sorted(lake_deps)), incremental.group(1) if incremental else None,
         )
     return _in_dependency_order(models)
 
@@ -139,3 +152,45 @@ def run_model(con: duckdb.DuckDBPyConnection, model: SqlModel) -> int:
     except duckdb.Error as exc:
         raise ModelError(f"{model.path}: {exc}") from None
     return con.execute(f"select count(*) from {model.name}").fetchone()[0]
+
+
+def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[tuple[str, str]]:
+    return [(name, kind) for name, kind, *_ in con.execute(f"describe {relation}").fetchall()]
+
+
+def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[str]) -> bool:
+    """Computes again the rows of the given values of the model's incremental key, in place of the table's; False,
+    with the table untouched, when the model's columns now differ from the table's (a new extra key, say): the
+    table must then be rebuilt whole.
+
+    The keys are a literal list, so that DuckDB pushes the filter down to the scans of the lake and of the tables
+    the model reads. Rows computed again are appended: a table's row order is only that of its `order by` when it
+    was rebuilt whole.
+    """
+    select = f"select * from (\n{model.sql.rstrip().rstrip(';')}\n)"
+    try:
+        if _columns(con, f"{select}") != _columns(con, model.name):
+            return False
+        if not keys:
+            return True
+        chosen = f"{model.incremental_key} in ({', '.join(_sql_string(key) for key in keys)})"
+        con.execute("begin transaction")
+        try:
+            con.execute(f"delete from {model.name} where {chosen}")
+            con.execute(f"insert into {model.name} {select} where {chosen}")
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+    except duckdb.Error as exc:
+        raise ModelError(f"{model.path}: {exc}") from None
+    return True
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def columns_digest(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    """A digest of a table's column names and types."""
+    return hashlib.sha256(json.dumps(_columns(con, table)).encode()).hexdigest()[:16]

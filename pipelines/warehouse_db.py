@@ -14,7 +14,7 @@ import duckdb
 import polars as pl
 from filelock import FileLock, Timeout
 
-from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS
+from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS
 from pipelines.release.registry import RUN_COLUMNS
 
@@ -111,6 +111,10 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
                     "create table if not exists _model_state"
                     " (model varchar primary key, fingerprint varchar, built_at timestamptz)"
                 )
+                # An incremental model's inputs when it was last computed: the fingerprint of what holds every run
+                # (its SQL, the parameters, the tables it reads whole) and a stamp per value of its key.
+                con.execute("create table if not exists _model_inputs (model varchar primary key, fingerprint varchar)")
+                con.execute("create table if not exists _model_keys (model varchar, key varchar, stamp varchar)")
             yield con
         finally:
             con.close()
@@ -134,6 +138,33 @@ def model_fingerprints(con: duckdb.DuckDBPyConnection, tables) -> dict[str, str 
 
 def record_model(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str) -> None:
     con.execute("insert or replace into _model_state values (?, ?, now())", [model, fingerprint])
+
+
+def lake_run_stamps(lake: Path, tables: Iterable[str]) -> dict[str, str]:
+    """A stamp per run of the given per-run lake tables (of RUN_TABLES), from their partitions' size and mtime: it
+    changes whenever a partition of the run is rewritten. Runs with no partition in any of the tables are absent."""
+    stamps: dict[str, list[str]] = {}
+    for table in sorted(tables):
+        for path in Path(lake, table).glob("run_id=*/data.parquet"):
+            st = path.stat()
+            stamps.setdefault(path.parent.name.removeprefix("run_id="), []).append(
+                f"{table}:{st.st_size}:{st.st_mtime_ns}")
+    return {run: ";".join(parts) for run, parts in stamps.items()}
+
+
+def recorded_inputs(con: duckdb.DuckDBPyConnection, model: str) -> tuple[str | None, dict[str, str]]:
+    """An incremental model's recorded inputs (see record_inputs); (None, {}) when it has none."""
+    row = con.execute("select fingerprint from _model_inputs where model = ?", [model]).fetchone()
+    keys = dict(con.execute("select key, stamp from _model_keys where model = ?", [model]).fetchall())
+    return (row[0] if row else None), keys
+
+
+def record_inputs(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str, stamps: dict[str, str]) -> None:
+    keys = pl.DataFrame({"model": [model] * len(stamps), "key": list(stamps), "stamp": list(stamps.values())},
+                        schema={"model": pl.String, "key": pl.String, "stamp": pl.String})
+    con.execute("delete from _model_keys where model = ?", [model])
+    con.execute("insert into _model_keys select * from keys")
+    con.execute("insert or replace into _model_inputs values (?, ?)", [model, fingerprint])
 
 
 def publish(warehouse: Path) -> Path:

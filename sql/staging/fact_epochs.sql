@@ -1,4 +1,5 @@
 -- One row per run × epoch: the epoch summaries of every release, scalar extra keys as columns.
+-- incremental: run_id
 with copies as (
     select * from epoch_copies
 ),

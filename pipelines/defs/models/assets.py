@@ -8,17 +8,23 @@ import dagster as dg
 
 from pipelines.defs.models.checks import check_specs, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.models import SQL_DIR, SqlModel, load_models, run_model, set_parameters
+from pipelines.lake import RUN_TABLES
+from pipelines.models import (
+    SQL_DIR, SqlModel, columns_digest, load_models, run_model, run_model_rows, set_parameters,
+)
 from pipelines.warehouse_db import (
     LAKE_VIEWS,
     create_lake_views,
+    lake_run_stamps,
     lake_dir,
     lake_fingerprint,
     model_fingerprint,
     open_build_db,
     publish_if_changed,
     published_path,
+    record_inputs,
     record_model,
+    recorded_inputs,
 )
 
 DUCKDB_POOL = "duckdb_writer"
@@ -34,25 +40,89 @@ def table_metadata(con, table: str) -> dict:
     }
 
 
-def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, bool, dict]:
-    """Rebuilds the model's table unless its SQL, parameters and inputs are unchanged since the last build."""
-    params = warehouse.metric_parameters()
-    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit) as con:
-        upstream = [model_fingerprint(con, dep) or "missing" for dep in model.model_deps]
-        if model.lake_deps:
-            upstream.append(lake_fingerprint(lake_dir(warehouse.warehouse), model.lake_deps))
-        fingerprint = model.fingerprint(params, upstream)
-        exists = con.execute(
-            "select count(*) from duckdb_tables() where schema_name = 'main' and table_name = ?", [model.name]
-        ).fetchone()[0]
-        unchanged = bool(exists) and model_fingerprint(con, model.name) == fingerprint
-        if not unchanged:
+def _exists(con, table: str) -> bool:
+    return bool(con.execute(
+        "select count(*) from duckdb_tables() where schema_name = 'main' and table_name = ?", [table]
+    ).fetchone()[0])
+
+
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, dict[str, str]]:
+    """What an incremental model is computed from: a fingerprint of the inputs that hold every run (its SQL, the
+    parameters, the models and lake tables it reads whole, and the recorded inputs of the incremental models it
+    reads), and a stamp per run of the rest (its per-run lake partitions, those models' own stamps)."""
+    whole, per_run = [], []
+    for dep in model.model_deps:
+        if MODELS[dep].incremental_key == model.incremental_key:
+            recorded, stamps = recorded_inputs(con, dep)
+            whole.append(recorded or "missing")
+            per_run.append(stamps)
+        else:
+            whole.append(model_fingerprint(con, dep) or "missing")
+    run_tables = [table for table in model.lake_deps if table in RUN_TABLES]
+    other_tables = [table for table in model.lake_deps if table not in RUN_TABLES]
+    if other_tables:
+        whole.append(lake_fingerprint(lake, other_tables))
+    if run_tables:
+        per_run.append(lake_run_stamps(lake, run_tables))
+    keys = sorted(set().union(*per_run))
+    return model.fingerprint(params, whole), {key: "|".join(s.get(key, "") for s in per_run) for key in keys}
+
+
+def _rebuild(con, model: SqlModel, params: dict, lake) -> None:
+    if model.lake_deps:
+        create_lake_views(con, lake)
+    set_parameters(con, params)
+    run_model(con, model)
+
+
+def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str, str]:
+    """Computes again only the rows of the runs whose inputs changed, when nothing read whole changed since the
+    table was built (nor its columns); rebuilds it otherwise. The recorded inputs are those of the table's rows."""
+    whole, stamps = _incremental_inputs(con, model, params, lake)
+    recorded, old_stamps = recorded_inputs(con, model.name)
+    done = "rebuilt"
+    if _exists(con, model.name) and recorded == _digest(whole, columns_digest(con, model.name)):
+        changed = sorted(key for key in stamps.keys() | old_stamps.keys() if stamps.get(key) != old_stamps.get(key))
+        if not changed:
+            done = "kept"
+        else:
             if model.lake_deps:
-                create_lake_views(con, lake_dir(warehouse.warehouse))
+                create_lake_views(con, lake)
             set_parameters(con, params)
-            run_model(con, model)
-            record_model(con, model.name, fingerprint)
-        return fingerprint, unchanged, table_metadata(con, model.name)
+            if run_model_rows(con, model, changed):
+                done = f"{len(changed)} {model.incremental_key}(s) computed again"
+    if done == "rebuilt":
+        _rebuild(con, model, params, lake)
+    if done != "kept":
+        record_inputs(con, model.name, _digest(whole, columns_digest(con, model.name)), stamps)
+        record_model(con, model.name, _digest(whole, columns_digest(con, model.name), stamps))
+    return model_fingerprint(con, model.name), done
+
+
+def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str, dict]:
+    """Brings the model's table up to date: kept when its SQL, parameters and inputs are unchanged since the last
+    build, rows of the changed runs computed again for an incremental model, rebuilt otherwise. Returns its
+    fingerprint, what was done ("kept", "rebuilt" or how many keys were computed again) and its metadata."""
+    params = warehouse.metric_parameters()
+    lake = lake_dir(warehouse.warehouse)
+    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit) as con:
+        if model.incremental_key:
+            fingerprint, done = _refresh_incremental(con, model, params, lake)
+        else:
+            upstream = [model_fingerprint(con, dep) or "missing" for dep in model.model_deps]
+            if model.lake_deps:
+                upstream.append(lake_fingerprint(lake, model.lake_deps))
+            fingerprint = model.fingerprint(params, upstream)
+            done = "kept" if _exists(con, model.name) and model_fingerprint(con, model.name) == fingerprint \
+                else "rebuilt"
+            if done == "rebuilt":
+                _rebuild(con, model, params, lake)
+                record_model(con, model.name, fingerprint)
+        return fingerprint, done, table_metadata(con, model.name)
 
 
 def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
@@ -71,11 +141,11 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
         check_specs=check_specs(model.name),
     )
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
-        fingerprint, unchanged, metadata = refresh_model(model, warehouse)
+        fingerprint, done, metadata = refresh_model(model, warehouse)
         rows = metadata["dagster/row_count"]
-        context.log.info(f"{rows:,} rows" + (" (inputs unchanged, table kept)" if unchanged else " (rebuilt)"))
+        context.log.info(f"{rows:,} rows" + (" (inputs unchanged, table kept)" if done == "kept" else f" ({done})"))
         return dg.MaterializeResult(
-            metadata={**metadata, "grpo/rebuilt": not unchanged},
+            metadata={**metadata, "grpo/rebuilt": done != "kept", "grpo/refresh": done},
             data_version=dg.DataVersion(fingerprint),
             check_results=evaluate_checks(model.name, warehouse),  # a kept table re-emits its stored results
         )

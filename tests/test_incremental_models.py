@@ -1,0 +1,113 @@
+"""Incremental models (an `-- incremental: run_id` header line): after a change to some runs only their rows are
+computed again, and every table then holds what a build from scratch of the same release holds."""
+
+import os
+import re
+import shutil
+
+import duckdb
+import pytest
+
+from conftest import epoch_document
+from pipelines.defs.models.assets import MODELS
+from pipelines.models import ModelError, load_models
+
+INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
+
+
+def tables(warehouse) -> dict[str, list[tuple]]:
+    """Every model's rows, as text, in a fixed order (an incremental refresh appends the rows it computes again)."""
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        return {name: sorted(tuple(map(str, row)) for row in con.execute(f"select * from {name}").fetchall())
+                for name in MODELS}
+
+
+def refreshes(output: str) -> dict[str, str]:
+    """What the build's log says it did to each incremental model: kept, rebuilt or so many runs computed again."""
+    done = {}
+    for name in INCREMENTAL:
+        match = re.search(rf"^\s+{name}\s+[\d,]+ rows \((.+)\)$", output, re.MULTILINE)
+        done[name] = match.group(1) if match else None
+    return done
+
+
+def targeted(epoch: int, n: int = 4, **extras) -> dict:
+    """An epoch of a multi-target run: per-trajectory target models and false-positive control flags."""
+    return epoch_document(epoch, n, target_model=[f"m{i % 2}" for i in range(n)],
+                          is_fp_control=[i == 0 for i in range(n)], **extras)
+
+
+@pytest.fixture
+def release(tmp_path, write_epoch):
+    """Three runs of three epochs: run_a multi-target, run_b in the folder layout, run_c plain."""
+    root = tmp_path / "release"
+    for epoch in range(3):
+        write_epoch(root / "run_a", epoch, targeted(epoch))
+        write_epoch(root / "run_b", epoch, layout="folder")
+        write_epoch(root / "run_c", epoch)
+    return root
+
+
+def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
+    """Builds the kept warehouse, checks every table against a build from scratch, and says what was done."""
+    capsys.readouterr()
+    assert build([release], tmp_path / "wh") == 0
+    done = refreshes(capsys.readouterr().out)
+    fresh = tmp_path / "fresh"
+    shutil.rmtree(fresh, ignore_errors=True)
+    assert build([release], fresh) == 0
+    assert tables(tmp_path / "wh") == tables(fresh)
+    return done
+
+
+def test_the_incremental_models_are_the_run_local_ones():
+    assert INCREMENTAL == ["epoch_copies", "fact_epochs", "fact_trajectories", "group_metrics", "reward_breakdowns"]
+    # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
+    assert MODELS["run_summary"].incremental_key is None
+
+
+def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scratch(
+        tmp_path, build, capsys, release, write_epoch):
+    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"rebuilt"}
+
+    write_epoch(release / "run_a", 3, targeted(3))  # a new epoch
+    shutil.rmtree(release / "run_b" / "epoch_001")  # an epoch gone
+    changed = write_epoch(release / "run_c", 1, epoch_document(1, n=3))  # an epoch rewritten, one trajectory fewer
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    done = build_and_compare(tmp_path, build, capsys, release)
+    assert done == {name: "3 run_id(s) computed again" for name in INCREMENTAL}
+
+    write_epoch(release / "run_b", 1, layout="folder")  # one run only
+    done = build_and_compare(tmp_path, build, capsys, release)
+    assert done == {name: "1 run_id(s) computed again" for name in INCREMENTAL}
+
+    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"inputs unchanged, table kept"}
+
+
+def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsys, release, write_epoch):
+    build_and_compare(tmp_path, build, capsys, release)
+
+    # A per-trajectory key no run had: fact_trajectories gains a column, so it and what reads it are rebuilt whole.
+    write_epoch(release / "run_c", 3, epoch_document(3, judge_score=[0.5, 0.25, 1.0, 0.0]))
+    done = build_and_compare(tmp_path, build, capsys, release)
+    assert done["epoch_copies"] == done["fact_epochs"] == "1 run_id(s) computed again"
+    assert done["fact_trajectories"] == done["group_metrics"] == done["reward_breakdowns"] == "rebuilt"
+
+    # A run the warehouse has not seen: the run list (lake.runs, dim_runs) is read whole.
+    for epoch in range(2):
+        write_epoch(release / "run_d", epoch, targeted(epoch))
+    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"rebuilt"}
+
+    # A run gone: its rows leave every table.
+    shutil.rmtree(release / "run_a")
+    build_and_compare(tmp_path, build, capsys, release)
+
+
+def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "marts").mkdir()
+    (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per epoch.\n-- incremental: epoch\nselect 1 as epoch\n")
+    with pytest.raises(ModelError, match=r"by_epoch\.sql.*incremental: epoch"):
+        load_models(tmp_path)
+    (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per run.\n-- incremental: run_id\nselect 'a' as run_id\n")
+    model = load_models(tmp_path)["by_epoch"]
+    assert (model.incremental_key, model.description) == ("run_id", "Per run.")
