@@ -154,7 +154,8 @@ def run_model(con: duckdb.DuckDBPyConnection, model: SqlModel) -> int:
     return con.execute(f"select count(*) from {model.name}").fetchone()[0]
 
 
-def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[tuple[str, str]]:
+def columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[tuple[str, str]]:
+    """The (name, type) of each column of a table or query."""
     return [(name, kind) for name, kind, *_ in con.execute(f"describe {relation}").fetchall()]
 
 
@@ -169,11 +170,11 @@ def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[s
     """
     select = f"select * from (\n{model.sql.rstrip().rstrip(';')}\n)"
     try:
-        if _columns(con, f"{select}") != _columns(con, model.name):
+        if columns(con, f"{select}") != columns(con, model.name):
             return False
         if not keys:
             return True
-        chosen = f"{model.incremental_key} in ({', '.join(_sql_string(key) for key in keys)})"
+        chosen = f"{model.incremental_key} in ({', '.join(sql_string(key) for key in keys)})"
         con.execute("begin transaction")
         try:
             con.execute(f"delete from {model.name} where {chosen}")
@@ -187,10 +188,21 @@ def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[s
     return True
 
 
-def _sql_string(value: str) -> str:
+def sql_string(value: str) -> str:
+    """A SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
 
 
 def columns_digest(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A digest of a table's column names and types."""
-    return hashlib.sha256(json.dumps(_columns(con, table)).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(columns(con, table)).encode()).hexdigest()[:16]
+
+
+def key_digests(con: duckdb.DuckDBPyConnection, relation: str, key: str) -> tuple[dict[str, str], str]:
+    """A digest of the rows of each value of key in a table or table function, and one of its rows without a key."""
+    found = con.execute(
+        f"select {key}::varchar, md5(string_agg(row_text, chr(10) order by row_text))"
+        f" from (select {key}, t::varchar as row_text from {relation} as t) group by 1"
+    ).fetchall()
+    return {value: digest for value, digest in found if value is not None}, \
+        next((digest for value, digest in found if value is None), "")

@@ -93,14 +93,20 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     assert done["epoch_copies"] == done["fact_epochs"] == "1 run_id(s) computed again"
     assert done["fact_trajectories"] == done["group_metrics"] == done["reward_breakdowns"] == "rebuilt"
 
-    # A run the warehouse has not seen: the run list (lake.runs, dim_runs) is read whole.
+    # A run the warehouse has not seen: lake.runs and dim_runs gain its row, and each other run's rows are the same.
     for epoch in range(2):
         write_epoch(release / "run_d", epoch, targeted(epoch))
-    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"rebuilt"}
+    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"1 run_id(s) computed again"}
 
     # A run gone: its rows leave every table.
+    shutil.rmtree(release / "run_b")
+    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"1 run_id(s) computed again"}
+
+    # The lake's columns are those of its runs' files in path order: without run_a, judge_score (run_c) comes before
+    # target_model (run_d), so the tables that hold them are rebuilt whole, in the new order.
     shutil.rmtree(release / "run_a")
-    build_and_compare(tmp_path, build, capsys, release)
+    done = build_and_compare(tmp_path, build, capsys, release)
+    assert done["fact_trajectories"] == done["group_metrics"] == done["reward_breakdowns"] == "rebuilt"
 
 
 def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):

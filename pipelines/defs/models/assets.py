@@ -3,6 +3,7 @@
 
 import hashlib
 import json
+from pathlib import Path
 
 import dagster as dg
 
@@ -10,7 +11,8 @@ from pipelines.defs.models.checks import check_specs, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES
 from pipelines.models import (
-    SQL_DIR, SqlModel, columns_digest, load_models, run_model, run_model_rows, set_parameters,
+    SQL_DIR, SqlModel, columns, columns_digest, key_digests, load_models, run_model, run_model_rows, set_parameters,
+    sql_string,
 )
 from pipelines.warehouse_db import (
     LAKE_VIEWS,
@@ -51,25 +53,39 @@ def _digest(*parts) -> str:
 
 
 def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, dict[str, str]]:
-    """What an incremental model is computed from: a fingerprint of the inputs that hold every run (its SQL, the
-    parameters, the models and lake tables it reads whole, and the recorded inputs of the incremental models it
-    reads), and a stamp per run of the rest (its per-run lake partitions, those models' own stamps)."""
-    whole, per_run = [], []
+    """What an incremental model is computed from: a fingerprint of what it reads whole (its SQL, the parameters,
+    the recorded inputs of the incremental models it reads, and any table without its key), and a stamp per key
+    of the rest: its per-run lake partitions, those incremental models' own stamps, and a digest of each key's
+    rows of the other tables it reads (dim_runs, lake.runs): a new run does not change the other runs' rows."""
+    key = model.incremental_key
+    whole, per_key = [], []
     for dep in model.model_deps:
-        if MODELS[dep].incremental_key == model.incremental_key:
+        if MODELS[dep].incremental_key == key:
             recorded, stamps = recorded_inputs(con, dep)
             whole.append(recorded or "missing")
-            per_run.append(stamps)
+            per_key.append(stamps)
+        elif _exists(con, dep) and key in dict(columns(con, dep)):
+            digests, keyless = key_digests(con, dep, key)
+            whole.append(keyless)
+            per_key.append(digests)
         else:
             whole.append(model_fingerprint(con, dep) or "missing")
     run_tables = [table for table in model.lake_deps if table in RUN_TABLES]
-    other_tables = [table for table in model.lake_deps if table not in RUN_TABLES]
-    if other_tables:
-        whole.append(lake_fingerprint(lake, other_tables))
     if run_tables:
-        per_run.append(lake_run_stamps(lake, run_tables))
-    keys = sorted(set().union(*per_run))
-    return model.fingerprint(params, whole), {key: "|".join(s.get(key, "") for s in per_run) for key in keys}
+        per_key.append(lake_run_stamps(lake, run_tables))
+    for table in model.lake_deps:
+        if table in RUN_TABLES:
+            continue
+        pattern, schema = LAKE_VIEWS[table]
+        path = Path(lake, pattern)
+        if key in schema and path.is_file():  # read from the file: redefining the lake views would write the database
+            digests, keyless = key_digests(con, f"read_parquet('{sql_string(str(path))[1:-1]}')", key)
+            whole.append(keyless)
+            per_key.append(digests)
+        else:
+            whole.append(lake_fingerprint(lake, [table]))
+    keys = sorted(set().union(*per_key))
+    return model.fingerprint(params, whole), {k: "|".join(s.get(k, "") for s in per_key) for k in keys}
 
 
 def _rebuild(con, model: SqlModel, params: dict, lake) -> None:
