@@ -61,7 +61,8 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
 
 
 def test_the_incremental_models_are_the_run_local_ones():
-    assert INCREMENTAL == ["epoch_copies", "fact_epochs", "fact_trajectories", "group_metrics", "reward_breakdowns"]
+    assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "fact_epochs", "fact_trajectories", "group_metrics",
+                           "reward_breakdowns"]
     # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
     assert MODELS["run_summary"].incremental_key is None
 
@@ -75,7 +76,10 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
     changed = write_epoch(release / "run_c", 1, epoch_document(1, n=3))  # an epoch rewritten, one trajectory fewer
     os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
     done = build_and_compare(tmp_path, build, capsys, release)
-    assert done == {name: "3 run_id(s) computed again" for name in INCREMENTAL}
+    # run_a's matched window ends at the ablation's horizon, epoch 2 (the others' last epoch): its new epoch 3 leaves
+    # its window, and so its bootstrap resamples, as they were.
+    assert done == {name: "3 run_id(s) computed again" for name in INCREMENTAL} | {
+        "bootstrap_means": "2 run_id(s) computed again"}
 
     write_epoch(release / "run_b", 1, layout="folder")  # one run only
     done = build_and_compare(tmp_path, build, capsys, release)
@@ -94,9 +98,11 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     assert done["fact_trajectories"] == done["group_metrics"] == done["reward_breakdowns"] == "rebuilt"
 
     # A run the warehouse has not seen: lake.runs and dim_runs gain its row, and each other run's rows are the same.
+    # Only two epochs long, it moves the ablation's matched horizon to epoch 1, and so every run's matched window.
     for epoch in range(2):
         write_epoch(release / "run_d", epoch, targeted(epoch))
-    assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"1 run_id(s) computed again"}
+    assert build_and_compare(tmp_path, build, capsys, release) == {
+        name: "1 run_id(s) computed again" for name in INCREMENTAL} | {"bootstrap_means": "4 run_id(s) computed again"}
 
     # A run gone: its rows leave every table.
     shutil.rmtree(release / "run_b")

@@ -6,7 +6,7 @@
 -- with replacement, independently per run, getvariable('bootstrap_reps') times; each replicate's delta is the
 -- difference of the two resampled means. Epochs are the unit because they are what matched_reward averages. The
 -- draws come from md5(seed, run, replicate, position), not random(), so a rebuild gives the same numbers at any
--- thread count. Caveat: per-epoch rewards are autocorrelated (the policy changes slowly), and an iid bootstrap
+-- thread count; matched_window_values holds each run's window and bootstrap_means its resampled means. Caveat: per-epoch rewards are autocorrelated (the policy changes slowly), and an iid bootstrap
 -- treats them as independent, so the interval is too narrow and prob_improvement is descriptive, not a p-value.
 with summaries as (
     select
@@ -17,35 +17,20 @@ with summaries as (
     from run_summary
 ),
 
-epochs as (
-    select
-        run_id,
-        epoch,
-        mean_reward
-    from epoch_metrics
-),
-
--- the epochs matched_reward averages: the last final_window loaded epochs at or before the horizon
-matched_windows as (
-    select
-        epochs.run_id,
-        epochs.epoch,
-        epochs.mean_reward,
-        row_number() over (partition by epochs.run_id order by epochs.epoch desc) as rank_from_horizon
-    from epochs
-    inner join summaries
-        on summaries.run_id = epochs.run_id and epochs.epoch <= summaries.matched_horizon
-    qualify rank_from_horizon <= getvariable('final_window')
-),
-
 window_values as (
     select
         run_id,
-        mean_reward,
-        row_number() over (partition by run_id order by epoch) - 1 as position,
-        count(*) over (partition by run_id) as n_values
-    from matched_windows
-    where isfinite(mean_reward)
+        position,
+        mean_reward
+    from matched_window_values
+),
+
+resampled_means as (
+    select
+        run_id,
+        replicate,
+        resampled_mean
+    from bootstrap_means
 ),
 
 pairs as (
@@ -60,36 +45,6 @@ pairs as (
     from summaries as run_a
     inner join summaries as run_b
         on run_b.ablation = run_a.ablation and run_b.run_id > run_a.run_id
-),
-
-replicates as (
-    select generate_series as replicate
-    from generate_series(1, getvariable('bootstrap_reps'))
-),
-
--- draw i of replicate r of a run picks the value at position md5(seed, run, r, i) mod n (n values in the window)
-draws as (
-    select
-        sizes.run_id,
-        replicates.replicate,
-        draw.i as draw_index,
-        -- the low 64 bits, in unsigned integer arithmetic (a 128-bit modulo goes through DOUBLE and loses them)
-        (md5_number_lower(concat_ws(':', getvariable('bootstrap_seed'), sizes.run_id, replicates.replicate, draw.i))
-            % sizes.n_values::ubigint)::bigint as position
-    from (select distinct run_id, n_values from window_values) as sizes
-    cross join replicates
-    cross join lateral (select unnest(range(sizes.n_values)) as i) as draw
-),
-
-resampled_means as (
-    select
-        draws.run_id,
-        draws.replicate,
-        -- ordered, so the summation order (and the last bits) cannot depend on threads
-        avg(window_values.mean_reward order by draws.draw_index) as resampled_mean
-    from draws
-    inner join window_values using (run_id, position)
-    group by draws.run_id, draws.replicate
 ),
 
 bootstrap as (
