@@ -16,7 +16,7 @@ _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
 _PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
 # A header line `-- incremental: run_id` declares that each row of the model belongs to one run and is computed from
 # that run's rows alone (and from tables that hold every run, such as dim_runs): after a change to some runs, only
-# their rows are computed again (see warehouse_db.refresh_rows).
+# their rows are computed again (run_model_rows; defs/models/assets.py decides which).
 _INCREMENTAL = re.compile(r"^--\s*incremental:\s*(\S+)\s*$", re.MULTILINE)
 INCREMENTAL_KEYS = ("run_id",)
 

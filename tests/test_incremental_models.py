@@ -13,6 +13,8 @@ from pipelines.defs.models.assets import MODELS
 from pipelines.models import ModelError, load_models
 
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
+# fact_trajectories and the incremental models that read it: rebuilt whole when its columns change
+READING_TRAJECTORIES = ("fact_trajectories", "group_metrics", "reward_breakdowns", "epoch_trajectory_counts")
 
 
 def tables(warehouse) -> dict[str, list[tuple]]:
@@ -61,8 +63,8 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
 
 
 def test_the_incremental_models_are_the_run_local_ones():
-    assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "fact_epochs", "fact_trajectories", "group_metrics",
-                           "reward_breakdowns"]
+    assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "epoch_trajectory_counts", "fact_epochs",
+                           "fact_trajectories", "group_metrics", "reward_breakdowns"]
     # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
     assert MODELS["run_summary"].incremental_key is None
 
@@ -91,11 +93,12 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
 def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsys, release, write_epoch):
     build_and_compare(tmp_path, build, capsys, release)
 
-    # A per-trajectory key no run had: fact_trajectories gains a column, so it and what reads it are rebuilt whole.
+    # A per-trajectory key no run had: fact_trajectories gains a column, so it and what reads it are rebuilt whole
+    # (an incremental model's recorded inputs include the columns of the incremental models it reads).
     write_epoch(release / "run_c", 3, epoch_document(3, judge_score=[0.5, 0.25, 1.0, 0.0]))
     done = build_and_compare(tmp_path, build, capsys, release)
     assert done["epoch_copies"] == done["fact_epochs"] == "1 run_id(s) computed again"
-    assert done["fact_trajectories"] == done["group_metrics"] == done["reward_breakdowns"] == "rebuilt"
+    assert {done[name] for name in READING_TRAJECTORIES} == {"rebuilt"}
 
     # A run the warehouse has not seen: lake.runs and dim_runs gain its row, and each other run's rows are the same.
     # Only two epochs long, it moves the ablation's matched horizon to epoch 1, and so every run's matched window.
@@ -112,7 +115,7 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     # target_model (run_d), so the tables that hold them are rebuilt whole, in the new order.
     shutil.rmtree(release / "run_a")
     done = build_and_compare(tmp_path, build, capsys, release)
-    assert done["fact_trajectories"] == done["group_metrics"] == done["reward_breakdowns"] == "rebuilt"
+    assert {done[name] for name in READING_TRAJECTORIES} == {"rebuilt"}
 
 
 def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):

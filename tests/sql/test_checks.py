@@ -68,6 +68,19 @@ def test_trajectory_count_mismatch_is_an_error():
     assert (example["epoch"], example["n_trajectories"], example["n_trajectory_rows"]) == (1, 3, 2)
 
 
+def test_a_position_held_twice_is_an_error_even_when_the_count_matches():
+    con = duckdb.connect()
+    create_staging(con, CLEAN_EPOCHS, CLEAN_RUNS)
+    # run_b's epoch 0 at positions 0, 1, 1, 3: 4 rows for n_trajectories = 4, from 0 to 3, but position 2 empty.
+    con.execute("update fact_trajectories set traj_index = 1 where run_id = 'run_b' and epoch = 0 and traj_index = 2")
+    build_marts(con, {"bootstrap_reps": 10})
+    result = checks.inconsistent_trajectory_arrays(con)
+    assert not result.passed
+    [example] = result.metadata["examples"].value
+    assert (example["run_id"], example["epoch"], example["n_trajectory_rows"], example["first_index"],
+            example["last_index"]) == ("run_b", 0, 4, 0, 3)
+
+
 def test_reported_mean_mismatch_warns_and_an_all_nan_epoch_is_consistent():
     docs = [*CLEAN_EPOCHS,
             epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], reported=0.6),  # the finite mean is .5

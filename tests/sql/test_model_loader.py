@@ -7,7 +7,7 @@ from pipelines.models import ModelError, header_comment, load_models, run_model
 from pipelines.warehouse_db import LAKE_VIEWS
 
 MARTS = ["epoch_metrics", "group_metrics", "run_summary", "snapshots", "ablation_contrasts", "reward_breakdowns",
-         "matched_window_values", "bootstrap_means"]
+         "matched_window_values", "bootstrap_means", "epoch_trajectory_counts"]
 
 
 def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():

@@ -79,7 +79,7 @@ def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, 
         pattern, schema = LAKE_VIEWS[table]
         path = Path(lake, pattern)
         if key in schema and path.is_file():  # read from the file: redefining the lake views would write the database
-            digests, keyless = key_digests(con, f"read_parquet('{sql_string(str(path))[1:-1]}')", key)
+            digests, keyless = key_digests(con, f"read_parquet({sql_string(str(path))})", key)
             whole.append(keyless)
             per_key.append(digests)
         else:
@@ -113,10 +113,12 @@ def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str,
                 done = f"{len(changed)} {model.incremental_key}(s) computed again"
     if done == "rebuilt":
         _rebuild(con, model, params, lake)
-    if done != "kept":
-        record_inputs(con, model.name, _digest(whole, columns_digest(con, model.name)), stamps)
-        record_model(con, model.name, _digest(whole, columns_digest(con, model.name), stamps))
-    return model_fingerprint(con, model.name), done
+    shape = columns_digest(con, model.name)
+    fingerprint = _digest(whole, shape, stamps)
+    if done != "kept":  # after the rows: a crash in between only means the same runs are computed again
+        record_inputs(con, model.name, _digest(whole, shape), stamps)
+        record_model(con, model.name, fingerprint)
+    return fingerprint, done
 
 
 def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str, dict]:
