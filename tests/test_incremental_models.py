@@ -9,7 +9,8 @@ import duckdb
 import pytest
 
 from conftest import epoch_document
-from pipelines.defs.models.assets import MODELS
+from pipelines.defs.models.assets import MODELS, refresh_model
+from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import ModelError, load_models
 
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
@@ -116,6 +117,14 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     shutil.rmtree(release / "run_a")
     done = build_and_compare(tmp_path, build, capsys, release)
     assert {done[name] for name in READING_TRAJECTORIES} == {"rebuilt"}
+
+
+def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build, release):
+    assert build([release], tmp_path / "wh") == 0
+    config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10)
+    _, done, metadata = refresh_model(MODELS["bootstrap_means"], config)
+    assert (done, metadata["dagster/row_count"]) == ("rebuilt", 3 * 10)  # 10 replicates of each of the 3 runs
+    assert refresh_model(MODELS["bootstrap_means"], config)[1] == "kept"
 
 
 def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):
