@@ -6,8 +6,9 @@
 -- with replacement, independently per run, getvariable('bootstrap_reps') times; each replicate's delta is the
 -- difference of the two resampled means. Epochs are the unit because they are what matched_reward averages. The
 -- draws come from md5(seed, run, replicate, position), not random(), so a rebuild gives the same numbers at any
--- thread count; matched_window_values holds each run's window and bootstrap_means its resampled means. Caveat: per-epoch rewards are autocorrelated (the policy changes slowly), and an iid bootstrap
--- treats them as independent, so the interval is too narrow and prob_improvement is descriptive, not a p-value.
+-- thread count; matched_window_values holds each run's window and bootstrap_means its resampled means.
+-- Caveat: per-epoch rewards are autocorrelated (the policy changes slowly), and an iid bootstrap treats them as
+-- independent, so the interval is too narrow and prob_improvement is descriptive, not a p-value.
 with summaries as (
     select
         run_id,
