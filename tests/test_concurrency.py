@@ -1,6 +1,7 @@
 """Readers, builds and writers at the same time: nobody blocks a reader, writers take turns, nothing is corrupted."""
 
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 import subprocess
 import sys
 import textwrap
@@ -88,10 +89,15 @@ def _write_through_build_db(args) -> None:
             con.execute("insert into writes values (?, ?)", [writer, round_])
 
 
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """Spawned worker processes; a worker that dies fails the test (BrokenProcessPool) where a Pool would hang."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
 def test_writers_in_several_processes_take_turns_on_the_build_database(tmp_path):
     # What the Dagster UI's multiprocess executor does: model steps in separate processes, one build database.
-    with multiprocessing.get_context("spawn").Pool(3) as pool:
-        pool.map(_write_through_build_db, [(str(tmp_path), writer, 15) for writer in range(3)])
+    with _pool(3) as pool:
+        list(pool.map(_write_through_build_db, [(str(tmp_path), writer, 15) for writer in range(3)]))
     with duckdb.connect(str(tmp_path / ".build" / "build.duckdb"), read_only=True) as con:
         assert con.execute("select writer, count(*) from writes group by 1 order by 1").fetchall() == [
             (0, 15), (1, 15), (2, 15)]
@@ -111,8 +117,8 @@ def test_ingest_of_runs_in_parallel_processes_including_the_same_run_twice(tmp_p
         write_epoch(release / "run_a", epoch)
         write_epoch(release / "run_b", epoch, layout="folder")
     jobs = [(str(release), str(lake), run) for run in ("run_a", "run_b", "run_a", "run_b")]
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        parsed = pool.map(_ingest, jobs)
+    with _pool(4) as pool:
+        parsed = list(pool.map(_ingest, jobs))
     # The per-run lock makes the second ingest of a run wait, then find nothing left to parse.
     assert sorted(parsed) == [0, 0, 40, 40]
     for run in ("run_a", "run_b"):
