@@ -37,8 +37,12 @@ class SqlModel:
     incremental_key: str | None = None  # from an `-- incremental: <key>` header line
 
     def fingerprint(self, params: dict, upstream: list[str]) -> str:
-        payload = json.dumps([self.sql, params, sorted(upstream)], sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return digest(self.sql, params, sorted(upstream))
+
+
+def digest(*parts) -> str:
+    """A short digest of JSON-able parts (dict keys sorted), for the fingerprints that decide what is rebuilt."""
+    return hashlib.sha256(json.dumps(list(parts), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def header_comment(sql: str) -> str:
@@ -195,7 +199,7 @@ def sql_string(value: str) -> str:
 
 def columns_digest(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A digest of a table's column names and types."""
-    return hashlib.sha256(json.dumps(columns(con, table)).encode()).hexdigest()[:16]
+    return digest(*columns(con, table))
 
 
 def key_digests(con: duckdb.DuckDBPyConnection, relation: str, key: str) -> tuple[dict[str, str], str]:

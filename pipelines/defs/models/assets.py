@@ -11,8 +11,8 @@ from pipelines.defs.models.checks import check_specs, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES
 from pipelines.models import (
-    SQL_DIR, SqlModel, columns, columns_digest, key_digests, load_models, run_model, run_model_rows, set_parameters,
-    sql_string,
+    SQL_DIR, SqlModel, columns, columns_digest, digest, key_digests, load_models, run_model, run_model_rows,
+    set_parameters, sql_string,
 )
 from pipelines.warehouse_db import (
     LAKE_VIEWS,
@@ -46,10 +46,6 @@ def _exists(con, table: str) -> bool:
     return bool(con.execute(
         "select count(*) from duckdb_tables() where schema_name = 'main' and table_name = ?", [table]
     ).fetchone()[0])
-
-
-def _digest(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, dict[str, str]]:
@@ -88,10 +84,15 @@ def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, 
     return model.fingerprint(params, whole), {k: "|".join(s.get(k, "") for s in per_key) for k in keys}
 
 
-def _rebuild(con, model: SqlModel, params: dict, lake) -> None:
+def _prepare(con, model: SqlModel, params: dict, lake) -> None:
+    """What the model's SQL needs before it runs: the lake views over today's files, the metric parameters."""
     if model.lake_deps:
         create_lake_views(con, lake)
     set_parameters(con, params)
+
+
+def _rebuild(con, model: SqlModel, params: dict, lake) -> None:
+    _prepare(con, model, params, lake)
     run_model(con, model)
 
 
@@ -101,22 +102,20 @@ def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str,
     whole, stamps = _incremental_inputs(con, model, params, lake)
     recorded, old_stamps = recorded_inputs(con, model.name)
     done = "rebuilt"
-    if _exists(con, model.name) and recorded == _digest(whole, columns_digest(con, model.name)):
+    if _exists(con, model.name) and recorded == digest(whole, columns_digest(con, model.name)):
         changed = sorted(key for key in stamps.keys() | old_stamps.keys() if stamps.get(key) != old_stamps.get(key))
         if not changed:
             done = "kept"
         else:
-            if model.lake_deps:
-                create_lake_views(con, lake)
-            set_parameters(con, params)
+            _prepare(con, model, params, lake)
             if run_model_rows(con, model, changed):
                 done = f"{len(changed)} {model.incremental_key}(s) computed again"
     if done == "rebuilt":
         _rebuild(con, model, params, lake)
     shape = columns_digest(con, model.name)
-    fingerprint = _digest(whole, shape, stamps)
+    fingerprint = digest(whole, shape, stamps)
     if done != "kept":  # after the rows: a crash in between only means the same runs are computed again
-        record_inputs(con, model.name, _digest(whole, shape), stamps)
+        record_inputs(con, model.name, digest(whole, shape), stamps)
         record_model(con, model.name, fingerprint)
     return fingerprint, done
 
