@@ -162,8 +162,9 @@ def _real_path_inside(file: EpochFile) -> str:
     return str(resolve_inside(file.path, _release_root(file)))
 
 
-def _open_listed(file: EpochFile) -> int | None:
-    """The file opened without a real-path check when it is the very file the listing saw, else None.
+def _open_listed(file: EpochFile) -> tuple[int, os.stat_result] | None:
+    """The file opened without a real-path check when it is the very file the listing saw, and its status; else
+    None.
 
     The listing checked that file's real path. Opened here without following a last link, and known again by
     its device and inode, it is that same file, whatever path led to it, so no component is resolved again (a
@@ -177,15 +178,15 @@ def _open_listed(file: EpochFile) -> int | None:
         return None
     status = os.fstat(fd)
     if (status.st_dev, status.st_ino) == (file.device, file.inode) and stat.S_ISREG(status.st_mode):
-        return fd
+        return fd, status
     os.close(fd)
     return None
 
 
 def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     """The bytes of an epoch file, opened only when its real path is inside its release; at most the limit read."""
-    fd = _open_listed(file)
-    if fd is None:
+    opened = _open_listed(file)
+    if opened is None:
         try:
             real = _real_path_inside(file)
             # O_NOFOLLOW: the real path has no link left to follow, so a link swapped in since is refused;
@@ -193,8 +194,11 @@ def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             raise DecodeError("unreadable", f"cannot open the file: {exc.strerror or exc}") from None
+        opened = fd, None
+    fd, status = opened
     try:
-        status = os.fstat(fd)
+        if status is None:
+            status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise DecodeError("not_a_file", "not a regular file (a FIFO or a device behind a link?)")
         chunks, size = [], 0
