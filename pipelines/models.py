@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +17,8 @@ LAKE_SCHEMA = "lake"
 _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
 _PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
 # A header line `-- incremental: run_id` declares that each row of the model belongs to one run and is computed from
-# that run's rows alone (and from tables that hold every run, such as dim_runs): after a change to some runs, only
-# their rows are computed again (run_model_rows; defs/models/assets.py decides which).
+# that run's rows of the tables it reads (and from tables without a run_id, read whole): after a change to some runs,
+# only their rows are computed again, from those runs' rows (run_model_rows; defs/models/assets.py decides which).
 _INCREMENTAL = re.compile(r"^--\s*incremental:\s*(\S+)\s*$", re.MULTILINE)
 INCREMENTAL_KEYS = ("run_id",)
 
@@ -179,22 +181,47 @@ def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[s
         if not keys:
             return True
         chosen = f"{model.incremental_key} in ({', '.join(sql_string(key) for key in keys)})"
-        con.execute("begin transaction")
-        try:
-            con.execute(f"delete from {model.name} where {chosen}")
-            con.execute(f"insert into {model.name} {select} where {chosen}")
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
+        with _inputs_of_keys(con, model, chosen):
+            con.execute("begin transaction")
+            try:
+                con.execute(f"delete from {model.name} where {chosen}")
+                con.execute(f"insert into {model.name} {select} where {chosen}")
+                con.execute("commit")
+            except BaseException:
+                con.execute("rollback")
+                raise
     except duckdb.Error as exc:
         raise ModelError(f"{model.path}: {exc}") from None
     return True
 
 
+@contextmanager
+def _inputs_of_keys(con: duckdb.DuckDBPyConnection, model: SqlModel, chosen: str) -> Iterator[None]:
+    """The models it reads that have its key, seen by its SQL as their rows of the chosen keys alone: temporary
+    views of the same names, which DuckDB resolves before the tables. The filter on the query's result is not
+    pushed through a materialized or recursive CTE (epoch_metrics has both); this one reaches every read."""
+    catalog = con.execute("select current_database()").fetchone()[0]
+    shadowed = []
+    try:
+        for dep in model.model_deps:
+            if model.incremental_key in dict(columns(con, dep)):
+                con.execute(f"create or replace temp view {dep} as "
+                            f"select * from {sql_identifier(catalog)}.main.{dep} where {chosen}")
+                shadowed.append(dep)
+        yield
+    finally:
+        for dep in shadowed:
+            con.execute(f"drop view if exists temp.main.{dep}")
+
+
 def sql_string(value: str) -> str:
     """A SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def sql_identifier(name: str) -> str:
+    """A quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def columns_digest(con: duckdb.DuckDBPyConnection, table: str) -> str:

@@ -11,11 +11,12 @@ import pytest
 from conftest import epoch_document
 from pipelines.defs.models.assets import MODELS, refresh_model
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.models import ModelError, load_models
+from pipelines.models import ModelError, load_models, run_model, run_model_rows
 
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
 # fact_trajectories and the incremental models that read it: rebuilt whole when its columns change
-READING_TRAJECTORIES = ("fact_trajectories", "group_metrics", "reward_breakdowns", "epoch_trajectory_counts")
+READING_TRAJECTORIES = ("fact_trajectories", "group_metrics", "reward_breakdowns", "epoch_trajectory_counts",
+                        "epoch_metrics")
 
 
 def tables(warehouse) -> dict[str, list[tuple]]:
@@ -64,8 +65,8 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
 
 
 def test_the_incremental_models_are_the_run_local_ones():
-    assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "epoch_trajectory_counts", "fact_epochs",
-                           "fact_trajectories", "group_metrics", "reward_breakdowns"]
+    assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "epoch_metrics", "epoch_trajectory_counts",
+                           "fact_epochs", "fact_trajectories", "group_metrics", "reward_breakdowns"]
     # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
     assert MODELS["run_summary"].incremental_key is None
 
@@ -135,3 +136,27 @@ def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):
     (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per run.\n-- incremental: run_id\nselect 'a' as run_id\n")
     model = load_models(tmp_path)["by_epoch"]
     assert (model.incremental_key, model.description) == ("run_id", "Per run.")
+
+
+def test_the_runs_computed_again_see_only_their_rows_of_the_tables_they_read(tmp_path):
+    """run_model_rows shows the model its inputs' rows of the chosen runs alone, also through a materialized CTE
+    (which stops a filter on the query's result), and leaves the tables as they were once it is done."""
+    (tmp_path / "marts").mkdir()
+    (tmp_path / "marts" / "scores.sql").write_text("select 'a' as run_id, 1.0::double as score\n")
+    (tmp_path / "marts" / "totals.sql").write_text(
+        "-- incremental: run_id\n"
+        "with seen as materialized (select * from scores)\n"
+        "select run_id, sum(score) as total, (select count(*) from seen) as rows_seen from seen group by run_id\n")
+    models = load_models(tmp_path)
+    con = duckdb.connect(str(tmp_path / "build.duckdb"))
+    con.execute("create table scores as select * from (values ('a', 1.0::double), ('a', 2.0), ('b', 4.0), ('c', 8.0)) "
+                "as t(run_id, score)")
+    run_model(con, models["totals"])
+    assert sorted(con.execute("select * from totals").fetchall()) == [("a", 3.0, 4), ("b", 4.0, 4), ("c", 8.0, 4)]
+
+    con.execute("update scores set score = 16.0 where run_id = 'b'")
+    assert run_model_rows(con, models["totals"], ["b"])
+    # b's total from b's row alone (4 rows seen before, 1 now); a and c kept as they were
+    assert sorted(con.execute("select * from totals").fetchall()) == [("a", 3.0, 4), ("b", 16.0, 1), ("c", 8.0, 4)]
+    assert con.execute("select count(*) from scores").fetchone()[0] == 4
+    assert con.execute("select count(*) from duckdb_views() where temporary and not internal").fetchone()[0] == 0
