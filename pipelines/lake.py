@@ -21,7 +21,8 @@ from pipelines.release.discover import (
     EpochFile, RunFolder, RunListing, SkippedEntry, folders_unchanged, list_run, resolve_inside,
 )
 from pipelines.release.flatten import (
-    EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, combine, drift_notes, mtime_column,
+    EPOCH_COLUMNS, TRAJECTORY_COLUMNS, ColumnKinds, RunColumns, combine, drift_notes, mtime_column, python_values,
+    typed_series,
 )
 
 LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
@@ -352,10 +353,6 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         skipped = [dict(s) for s in skipped]
         known = {k: _Outcome(**v) for k, v in files.items()}
 
-        stale = {f.source_path for f in changed} | removed
-        outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
-        new_errors: list[dict] = []
-
         def quarantine(file: EpochFile, exc: DecodeError) -> None:
             new_errors.append(_error(run_id, file.source_path, file.epoch_in_name, exc.error_kind,
                                      "error", exc.message, "quarantined: not loaded"))
@@ -369,37 +366,53 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch)
             columns.add(file, doc)
 
-        # Most documents of a run share one shape. The fast path takes them: from their bytes, decoded and checked
-        # by the shape's typed decoder (RunColumns.add_bytes), or else parsed (add_parsed). The others are checked
-        # one by one (decode_parsed).
-        columns = RunColumns(run_id)
-        for file in changed:
-            try:
-                data = _read_file(file, max_file_bytes)
-                fast = columns.add_bytes(file, data)
-                if not fast:
-                    with _failures_as_invalid_json():
-                        parsed, parse_warnings = parse_document(data)
-                    fast = not parse_warnings and columns.add_parsed(file, parsed)
-                if fast:
-                    outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "loaded", None, file.epoch_in_name)
+        # The new and changed files are parsed and merged with the run's stored rows. When a file was rewritten or
+        # removed, and the merged columns may not be those a first ingest would make (a key only it had, a type
+        # only it brought: _may_differ_from_a_fresh_parse), the run is parsed again whole, as a first ingest.
+        replaced = bool(removed) or any(f.source_path in files for f in changed)
+        n_parsed = 0
+        for whole in (False, True):
+            parse = listing.epoch_files if whole else changed
+            n_parsed += len(parse)
+            stale = set(current) | removed if whole else {f.source_path for f in changed} | removed
+            outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
+            new_errors: list[dict] = []
+            # Most documents of a run share one shape. The fast path takes them: from their bytes, decoded and
+            # checked by the shape's typed decoder (RunColumns.add_bytes), or else parsed (add_parsed). The others
+            # are checked one by one (decode_parsed).
+            columns = RunColumns(run_id)
+            for file in parse:
+                try:
+                    data = _read_file(file, max_file_bytes)
+                    fast = columns.add_bytes(file, data)
+                    if not fast:
+                        with _failures_as_invalid_json():
+                            parsed, parse_warnings = parse_document(data)
+                        fast = not parse_warnings and columns.add_parsed(file, parsed)
+                    if fast:
+                        outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "loaded", None,
+                                                              file.epoch_in_name)
+                        continue
+                    doc = _check_document(file, parsed, parse_warnings)
+                except DecodeError as exc:
+                    quarantine(file, exc)
                     continue
-                doc = _check_document(file, parsed, parse_warnings)
-            except DecodeError as exc:
-                quarantine(file, exc)
-                continue
-            load(file, doc)
-        new_epochs, new_trajectories, new_kinds = columns.frames()
-        old_kinds = previous.get("json_columns", {})
-        merged = {}
-        for table, new_frame, schema in (("epochs", new_epochs, EPOCH_COLUMNS),
-                                         ("trajectories", new_trajectories, TRAJECTORY_COLUMNS)):
-            old_frame = _keep_rows(_read_partition(lake, table, run_id), stale)
-            merged[table] = combine(
-                [(old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {})),
-                 (new_frame, new_kinds[table])],
-                schema,
-            )
+                load(file, doc)
+            new_epochs, new_trajectories, new_kinds = columns.frames()
+            old_kinds = {} if whole else previous.get("json_columns", {})
+            merged = {}
+            for table, new_frame, schema in (("epochs", new_epochs, EPOCH_COLUMNS),
+                                             ("trajectories", new_trajectories, TRAJECTORY_COLUMNS)):
+                old_frame = None if whole else _keep_rows(_read_partition(lake, table, run_id), stale)
+                merged[table] = combine(
+                    [(old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {})),
+                     (new_frame, new_kinds[table])],
+                    schema,
+                )
+            if whole or not replaced or not any(_may_differ_from_a_fresh_parse(*merged[table], schema)
+                                                for table, schema in (("epochs", EPOCH_COLUMNS),
+                                                                      ("trajectories", TRAJECTORY_COLUMNS))):
+                break
         (epochs, epoch_kinds), (trajectories, trajectory_kinds) = merged["epochs"], merged["trajectories"]
         notes = drift_notes(epoch_kinds) + drift_notes(trajectory_kinds)
         parse_errors = _keep_rows(_read_partition(lake, "errors", run_id), stale)
@@ -442,16 +455,37 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
         write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
         _write_stamps(lake, run_id, _stamps_record(listing, quarantined, manifest["rows"]))
-        return _result(run_id, True, len(changed), quarantined, lake, started, epochs, trajectories)
+        return _result(run_id, True, n_parsed, quarantined, lake, started, epochs, trajectories)
+
+
+def _may_differ_from_a_fresh_parse(frame: pl.DataFrame, kinds: ColumnKinds, schema: dict) -> bool:
+    """Whether a run's merged rows, after a file was rewritten or removed, may have other columns than a first
+    ingest of its files would give: an extra column left without a value (the key may be gone with that file), a
+    Float64 one left with whole numbers only (integers beside a float that only file had), or one kept as JSON
+    text whose values are no longer of the types recorded. Then the run is parsed again whole."""
+    for name in frame.columns:
+        if name in schema:
+            continue
+        column = frame[name]
+        values = column.drop_nulls()
+        if not values.len():
+            return True
+        if name in kinds:  # what a first ingest would make of the values left
+            if typed_series(name, python_values(values, kinds[name]))[1] != kinds[name]:
+                return True
+        elif column.dtype == pl.Float64 and (values.is_finite() & (values == values.floor())).all():
+            return True
+    return False
 
 
 def _in_order(epochs: pl.DataFrame, trajectories: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Both tables' rows in the lake's order, (epoch, source_path[, traj_index]).
+    """Both tables' rows in the lake's order, (epoch, source_path[, traj_index]), and their columns in its order.
 
     Rows usually arrive in it (files listed by name, one document per epoch), and are then not sorted: with one
     document per epoch, a document's trajectories were added together and in order, so they are in order when
     their epochs are.
     """
+    epochs, trajectories = _in_column_order(epochs, EPOCH_COLUMNS), _in_column_order(trajectories, TRAJECTORY_COLUMNS)
     if not epochs.height:
         return epochs, trajectories
     one_per_epoch = epochs["epoch"].n_unique() == epochs.height
@@ -460,6 +494,13 @@ def _in_order(epochs: pl.DataFrame, trajectories: pl.DataFrame) -> tuple[pl.Data
     if trajectories.height and not (one_per_epoch and trajectories["epoch"].is_sorted()):
         trajectories = trajectories.sort("epoch", "source_path", "traj_index", maintain_order=True)
     return epochs, trajectories
+
+
+def _in_column_order(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    """The table's own columns, then the extra keys' in name order, whatever order the documents brought them in:
+    the same run's partition is the same file whether it was ingested at once or file by file."""
+    ordered = [name for name in schema if name in frame.columns] + sorted(set(frame.columns) - set(schema))
+    return frame if ordered == frame.columns else frame.select(ordered)
 
 
 def _error(run_id, source_path, epoch, kind, severity, message, action) -> dict:

@@ -15,6 +15,7 @@ import polars as pl
 from filelock import FileLock, Timeout
 
 from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES
+from pipelines.models import sql_identifier
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS
 from pipelines.release.registry import RUN_COLUMNS
 
@@ -65,7 +66,12 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         files = sorted(Path(lake).glob(pattern))
         if files:
             listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-            body = f"select * from read_parquet([{listing}], union_by_name = true)"
+            source = f"read_parquet([{listing}], union_by_name = true)"
+            # The warehouse's own columns, then the extra keys' in name order: the order of a union follows its
+            # files, which would make a table's columns depend on which runs the lake holds, and on their history.
+            names = [name for name, *_ in con.execute(f"describe select * from {source}").fetchall()]
+            ordered = [name for name in schema if name in names] + sorted(set(names) - set(schema))
+            body = f"select {', '.join(sql_identifier(name) for name in ordered)} from {source}"
         else:
             body = _empty_select(schema)
         con.execute(f"create or replace view lake.{view} as {body}")

@@ -25,6 +25,31 @@ def table(lake: Path, name: str, run_id: str = "run") -> pl.DataFrame:
     return pl.read_parquet(partition_file(lake, name, run_id))
 
 
+@pytest.mark.parametrize("before, rewritten, parsed", [
+    # epoch 0's extras, then epoch 1's before and after its rewrite; the files parsed by the second ingest
+    (({}, {"note": "x"}), {}, 1 + 2),  # the only value of a key rewritten away: its column goes
+    (({"count": 1}, {"count": 2.5}), {"count": 2}, 1 + 2),  # the only float beside integers: Int64 again
+    (({"phase": 1}, {"phase": "warm"}), {}, 1 + 2),  # the only string: no longer JSON text
+    (({"phase": 1}, {"phase": "warm"}), {"phase": 2}, 1),  # the same, but the merge types old and new values again
+    (({"per_traj": [1, 2]}, {"per_traj": [0.5, 1]}), {"per_traj": [3, 4]}, 1 + 2),  # per trajectory too
+    (({"lr": 0.1}, {"lr": 0.5}), {"lr": 0.25}, 1),  # nothing taken away: the rewritten file merged alone
+])
+def test_a_rewrite_that_takes_away_a_key_or_a_type_leaves_the_columns_of_a_fresh_ingest(
+        tmp_path, write_epoch, before, rewritten, parsed):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0, epoch_document(0, n=2, **before[0]))
+    path = write_epoch(release / "run", 1, epoch_document(1, n=2, **before[1]))
+    ingest(release, lake)
+    write_epoch(release / "run", 1, epoch_document(1, n=2, **rewritten))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+
+    assert ingest(release, lake).files_parsed == parsed
+    ingest(release, tmp_path / "fresh")
+    for name in ("epochs", "trajectories"):
+        assert table(lake, name).equals(table(tmp_path / "fresh", name), null_equal=True), name
+        assert table(lake, name).schema == table(tmp_path / "fresh", name).schema, name
+
+
 def test_type_drift_across_incremental_builds_keeps_every_value(tmp_path, write_epoch):
     release, lake = tmp_path / "rel", tmp_path / "lake"
     write_epoch(release / "run", 0, epoch_document(0, n=2, phase=1, score=[1, 2]))
