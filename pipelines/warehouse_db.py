@@ -35,6 +35,9 @@ LAKE_VIEWS = {
 }
 
 
+VIEWS_FORMAT = 1  # how create_lake_views writes a view's SQL: a change to it must remake views kept by older builds
+
+
 class WarehouseBusy(Exception):
     """Another process holds the build database for longer than we were willing to wait."""
 
@@ -60,9 +63,21 @@ def _empty_select(schema: dict) -> str:
 
 
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
-    """(Re)defines the lake.* views over the Parquet lake; a table with no file yet is an empty view."""
+    """(Re)defines the lake.* views over the Parquet lake; a table with no file yet is an empty view.
+
+    A view is kept when its files are those it was made over (paths, sizes and mtimes): each model that reads the
+    lake asks for the views, and at 100x making them takes 0.3 s (DuckDB reads every file's schema, twice).
+    """
     con.execute("create schema if not exists lake")
+    con.execute("create table if not exists _lake_views (view varchar primary key, fingerprint varchar)")
+    made = dict(con.execute("select view, fingerprint from _lake_views").fetchall())
+    present = {name for (name,) in con.execute(
+        "select view_name from duckdb_views() where schema_name = 'lake' and database_name = current_database()"
+    ).fetchall()}
     for view, (pattern, schema) in LAKE_VIEWS.items():
+        fingerprint = f"{VIEWS_FORMAT}:{Path(lake).resolve()}:{lake_fingerprint(lake, [view])}"
+        if made.get(view) == fingerprint and view in present:
+            continue
         files = sorted(Path(lake).glob(pattern))
         if files:
             listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
@@ -75,6 +90,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         else:
             body = _empty_select(schema)
         con.execute(f"create or replace view lake.{view} as {body}")
+        con.execute("insert or replace into _lake_views values (?, ?)", [view, fingerprint])
 
 
 def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
