@@ -211,12 +211,16 @@ def apply_edit(release: Path, kind: str, which: int) -> None:
     elif kind == "damage":
         path.write_text('{"epoch": ' + str(epoch) + ', "rewards": [0.5,')
         _touch_later(path)
+    elif kind == "retype":  # an extra whose type differs from epoch to epoch: kept as JSON text while it does
+        phase = [1, "warm", 2.5, {"stage": which}][which % 4]
+        path.write_text(json.dumps(epoch_document(epoch) | {"phase": phase, "per_traj": [phase] * 4}))
+        _touch_later(path)
     elif kind == "new_key":  # a per-trajectory extra and a scalar extra no document had
         path.write_text(json.dumps(epoch_document(epoch) | {"judge_score": [0.5, 1.0, 0.0, 0.25], "lr": 1e-05}))
         _touch_later(path)
 
 
-EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewrite", "damage", "new_key",
+EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewrite", "damage", "new_key", "retype",
                                             "new_run", "drop_run"]), st.integers(0, 11)),
                  min_size=3, max_size=3)
 
