@@ -21,8 +21,8 @@ from pipelines.release.discover import (
     EpochFile, RunFolder, RunListing, SkippedEntry, folders_unchanged, list_run, resolve_inside,
 )
 from pipelines.release.flatten import (
-    EPOCH_COLUMNS, TRAJECTORY_COLUMNS, ColumnKinds, RunColumns, combine, drift_notes, mtime_column, python_values,
-    typed_series,
+    EPOCH_COLUMNS, TRAJECTORY_COLUMNS, ColumnKinds, RunColumns, column_order, combine, drift_notes, mtime_column,
+    python_values, typed_series,
 )
 
 LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
@@ -497,9 +497,9 @@ def _in_order(epochs: pl.DataFrame, trajectories: pl.DataFrame) -> tuple[pl.Data
 
 
 def _in_column_order(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
-    """The table's own columns, then the extra keys' in name order, whatever order the documents brought them in:
-    the same run's partition is the same file whether it was ingested at once or file by file."""
-    ordered = [name for name in schema if name in frame.columns] + sorted(set(frame.columns) - set(schema))
+    """The frame's columns in the lake's order (column_order): the same run's partition is the same file whether it
+    was ingested at once or file by file."""
+    ordered = column_order(frame.columns, schema)
     return frame if ordered == frame.columns else frame.select(ordered)
 
 

@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 
 from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES
 from pipelines.models import sql_identifier
-from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS
+from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
 
 PUBLISHED_NAME = "warehouse.duckdb"
@@ -82,11 +82,10 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         if files:
             listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
             source = f"read_parquet([{listing}], union_by_name = true)"
-            # The warehouse's own columns, then the extra keys' in name order: the order of a union follows its
-            # files, which would make a table's columns depend on which runs the lake holds, and on their history.
+            # In the lake's column order: a union's follows its files, which would make a table's columns depend on
+            # which runs the lake holds.
             names = [name for name, *_ in con.execute(f"describe select * from {source}").fetchall()]
-            ordered = [name for name in schema if name in names] + sorted(set(names) - set(schema))
-            body = f"select {', '.join(sql_identifier(name) for name in ordered)} from {source}"
+            body = f"select {', '.join(sql_identifier(name) for name in column_order(names, schema))} from {source}"
         else:
             body = _empty_select(schema)
         con.execute(f"create or replace view lake.{view} as {body}")

@@ -89,6 +89,13 @@ def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | No
     return pl.Series(name, encoded, dtype=pl.String), sorted({_type_name(v) for v in values if v is not None})
 
 
+def column_order(columns, schema: dict) -> list[str]:
+    """A table's columns in the lake's order: the table's own (schema) first, then the extra keys' in name order,
+    whatever order the documents or the files brought them in."""
+    present = set(columns)
+    return [name for name in schema if name in present] + sorted(present - set(schema))
+
+
 def python_values(series: pl.Series, types: list[str] | None) -> list:
     """The Python values of a stored extra column, as typed_series was given them."""
     if types is None:
