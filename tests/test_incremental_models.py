@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import epoch_document, write_epoch_file
 from pipelines.defs.models.assets import MODELS, refresh_model
-from pipelines.defs.resources import WarehouseConfig
+from pipelines.defs.resources import ENV_REGISTRY, WarehouseConfig
 from pipelines.models import ModelError, load_models, run_model, run_model_rows
 
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
@@ -182,8 +182,19 @@ def _touch_later(path: Path) -> None:
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
 
 
+def write_registry(path: Path, which: int) -> None:
+    """A registry CSV giving run_a and run_b other group sizes and ablations than their names tell."""
+    path.write_text("run_id,group_size,ablation,fp_per_group\n"
+                    f"run_a,{[2, 4, 8][which % 3]},{['abl', 'other'][which % 2]},1\n"
+                    f"run_b,{[4, 2][which % 2]},abl,2\n")
+
+
 def apply_edit(release: Path, kind: str, which: int) -> None:
-    """One change a training job or a person makes to a release, to the run and epoch `which` picks."""
+    """One change a training job or a person makes to a release (or to the registry beside it), to the run and
+    epoch `which` picks."""
+    if kind == "registry":
+        write_registry(release.parent / "registry.csv", which)
+        return
     runs = sorted(p for p in release.iterdir() if p.is_dir())
     if kind == "new_run" or not runs:
         name = f"run_new{len(runs)}"
@@ -221,7 +232,7 @@ def apply_edit(release: Path, kind: str, which: int) -> None:
 
 
 EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewrite", "damage", "new_key", "retype",
-                                            "new_run", "drop_run"]), st.integers(0, 11)),
+                                            "registry", "new_run", "drop_run"]), st.integers(0, 11)),
                  min_size=3, max_size=3)
 
 
@@ -230,20 +241,24 @@ EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewri
 @given(edits=EDITS)
 @example(edits=[("new_key", 0), ("add", 0), ("add", 4)])  # found by it: a new key in a kept run's first epoch
 @example(edits=[("new_key", 1), ("rewrite", 4), ("rewrite", 4)])  # and the only document with a key rewritten
-def test_after_any_edits_the_kept_warehouse_equals_a_build_from_scratch(build, edits):
+def test_after_any_edits_the_kept_warehouse_equals_a_build_from_scratch(build, monkeypatch, edits):
     """Differential: whatever changes follow one another (epochs added, removed, rewritten, damaged, duplicated in
-    the other layout, new keys, runs new and gone), each build of the kept warehouse, incremental models and
-    all, holds what a build from scratch of the same release holds."""
+    the other layout, new keys, keys changing type, run attributes in the registry, runs new and gone), each
+    build of the kept warehouse, incremental models and all, holds what a build from scratch of the same release
+    holds."""
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        release = root / "release"
+        release, registry = root / "release", root / "registry.csv"
+        write_registry(registry, 0)
+        # `build --registry` sets it for the code location; restored after the test, before the file is gone
+        monkeypatch.setenv(ENV_REGISTRY, str(registry))
         for epoch in range(3):
             write_epoch_file(release / "run_a", epoch, targeted(epoch))
             write_epoch_file(release / "run_b", epoch, layout="folder")
             write_epoch_file(release / "run_c", epoch)
-        assert build([release], root / "wh") == 0
+        assert build([release], root / "wh", "--registry", str(registry)) == 0
         for step, (kind, which) in enumerate(edits):
             apply_edit(release, kind, which)
-            assert build([release], root / "wh") == 0
-            assert build([release], root / f"fresh{step}") == 0
+            assert build([release], root / "wh", "--registry", str(registry)) == 0
+            assert build([release], root / f"fresh{step}", "--registry", str(registry)) == 0
             assert tables(root / "wh") == tables(root / f"fresh{step}"), (step, kind, which)
