@@ -15,7 +15,7 @@ import polars as pl
 from filelock import FileLock, Timeout
 
 from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES
-from pipelines.models import sql_identifier
+from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
 
@@ -80,7 +80,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
             continue
         files = sorted(Path(lake).glob(pattern))
         if files:
-            listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+            listing = ", ".join(sql_string(str(f)) for f in files)
             source = f"read_parquet([{listing}], union_by_name = true)"
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
             # which runs the lake holds.
