@@ -1,6 +1,7 @@
 """Shared test helpers: hand-written epoch documents, tiny releases, and in-process builds."""
 
 import json
+import os
 from pathlib import Path
 
 import duckdb
@@ -38,6 +39,13 @@ def write_epoch_file(run_dir: Path, epoch: int, document=None, layout: str = "fi
         document = json.dumps(document)
     path.write_bytes(document.encode() if isinstance(document, str) else document)
     return path
+
+
+def touch_later(path: Path) -> None:
+    """Moves a file's mtime one second on, as a rewrite a second later would: within one clock tick, a rewrite of
+    the same size could keep its mtime and look unchanged."""
+    status = path.stat()
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
 
 
 @pytest.fixture

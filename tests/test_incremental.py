@@ -1,11 +1,10 @@
 """Incremental builds: only new or changed files are parsed, a build with no change rewrites nothing, removals leave."""
 
-import os
 
 import pytest
 
 import pipelines.lake
-from conftest import epoch_document
+from conftest import epoch_document, touch_later
 
 
 @pytest.fixture
@@ -43,7 +42,7 @@ def test_a_build_parses_only_new_or_changed_files_and_a_no_change_build_rewrites
     write_epoch(release / "run_a", 3)
     write_epoch(release / "run_a", 4, epoch_document(4, n=2))
     changed = write_epoch(release / "run_b", 1, epoch_document(1, n=3), layout="folder")
-    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    touch_later(changed)
     assert build([release], wh) == 0
     assert sorted(parsed) == ["run_a/epoch_003_results.json", "run_a/epoch_004_results.json",
                               "run_b/epoch_001/results.json"]

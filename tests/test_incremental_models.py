@@ -2,7 +2,6 @@
 computed again, and every table then holds what a build from scratch of the same release holds."""
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import epoch_document, write_epoch_file
+from conftest import epoch_document, touch_later, write_epoch_file
 from pipelines.defs.models.assets import MODELS, refresh_model
 from pipelines.defs.resources import ENV_REGISTRY, WarehouseConfig
 from pipelines.models import ModelError, load_models, run_model, run_model_rows
@@ -83,7 +82,7 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
     write_epoch(release / "run_a", 3, targeted(3))  # a new epoch
     shutil.rmtree(release / "run_b" / "epoch_001")  # an epoch gone
     changed = write_epoch(release / "run_c", 1, epoch_document(1, n=3))  # an epoch rewritten, one trajectory fewer
-    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    touch_later(changed)
     done = build_and_compare(tmp_path, build, capsys, release)
     # run_a's matched window ends at the ablation's horizon, epoch 2 (the others' last epoch): its new epoch 3 leaves
     # its window, and so its bootstrap resamples, as they were.
@@ -176,12 +175,6 @@ def _epochs(run: Path) -> dict[int, list[Path]]:
     return found
 
 
-def _touch_later(path: Path) -> None:
-    """A rewrite one second later: within one clock tick, same size and mtime would look unchanged."""
-    status = path.stat()
-    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
-
-
 def write_registry(path: Path, which: int) -> None:
     """A registry CSV giving run_a and run_b other group sizes and ablations than their names tell."""
     path.write_text("run_id,group_size,ablation,fp_per_group\n"
@@ -218,17 +211,17 @@ def apply_edit(release: Path, kind: str, which: int) -> None:
         shutil.rmtree(path.parent) if path.name == "results.json" else path.unlink()
     elif kind == "rewrite":  # one trajectory fewer, other rewards
         path.write_text(json.dumps(epoch_document(epoch, n=3) | {"rewards": [1.0, 0.5, float(which % 5)]}))
-        _touch_later(path)
+        touch_later(path)
     elif kind == "damage":
         path.write_text('{"epoch": ' + str(epoch) + ', "rewards": [0.5,')
-        _touch_later(path)
+        touch_later(path)
     elif kind == "retype":  # an extra whose type differs from epoch to epoch: kept as JSON text while it does
         phase = [1, "warm", 2.5, {"stage": which}][which % 4]
         path.write_text(json.dumps(epoch_document(epoch) | {"phase": phase, "per_traj": [phase] * 4}))
-        _touch_later(path)
+        touch_later(path)
     elif kind == "new_key":  # a per-trajectory extra and a scalar extra no document had
         path.write_text(json.dumps(epoch_document(epoch) | {"judge_score": [0.5, 1.0, 0.0, 0.25], "lr": 1e-05}))
-        _touch_later(path)
+        touch_later(path)
 
 
 EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewrite", "damage", "new_key", "retype",

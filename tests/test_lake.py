@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import epoch_document
+from conftest import epoch_document, touch_later
 from pipelines.lake import ingest_run, ingest_runs, partition_file
 from pipelines.release.discover import find_run_folders, list_run
 
@@ -41,7 +41,7 @@ def test_a_rewrite_that_takes_away_a_key_or_a_type_leaves_the_columns_of_a_fresh
     path = write_epoch(release / "run", 1, epoch_document(1, n=2, **before[1]))
     ingest(release, lake)
     write_epoch(release / "run", 1, epoch_document(1, n=2, **rewritten))
-    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    touch_later(path)
 
     assert ingest(release, lake).files_parsed == parsed
     ingest(release, tmp_path / "fresh")
