@@ -25,7 +25,7 @@ DEFAULT_SCALES = (1, 10)
 MAX_FILE_BYTES = 64 * 2**20
 GIB = 2**30
 
-# Targets from issue 7 (ratios on a 2-core machine).
+# Targets of the bench (ratios on a 2-core machine).
 TARGET_INGEST_VS_DECODE = 2.0  # ingest within 2x of the decode-only lower bound, at 10x and 100x
 TARGET_DUCKDB_VS_INGEST = 2.0  # ingest at least 2x faster than plain DuckDB, at 10x and 100x
 TARGET_PEAK_BYTES = 1 * GIB  # at 100x
@@ -493,7 +493,7 @@ def summarize(raw: dict) -> dict:
 
 
 def check_targets(results: dict[str, dict]) -> list[dict]:
-    """Each target of issue 7 at each scale it applies to: the figure, the bar, and whether it holds."""
+    """Each target at each scale it applies to: the figure, the bar, and whether it holds."""
     checks = []
 
     def add(scale, target, value, bar, holds, unit=""):
@@ -618,7 +618,7 @@ def format_table(label: str, summary: dict) -> str:
 
 
 def format_checks(checks: list[dict]) -> str:
-    lines = ["\ntargets (issue 7):"]
+    lines = ["\ntargets:"]
     for c in checks:
         verdict = "holds" if c["holds"] else "MISSED"
         value = f"{c['value']:.2f}" if isinstance(c["value"], float) else str(c["value"])

@@ -11,7 +11,7 @@ from conftest import epoch_document, write_epoch_file
 RUN = "damaged_run"
 GOOD_EPOCHS = {0, 9, 13, 17, 20}
 QUARANTINED = "quarantined: not loaded"
-# source_path -> (error_kind, severity, action): the contract of README.md's "Bad input" table.
+# source_path -> (error_kind, severity, action): the contract of docs/bad-input.md's table.
 EXPECTED = {
     f"{RUN}/epoch_001_results.json": ("truncated_json", "error", QUARANTINED),
     f"{RUN}/epoch_002_results.json": ("empty_file", "error", QUARANTINED),
