@@ -188,3 +188,19 @@ def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders
     dg.materialize([ablation_figures], resources={"warehouse": WarehouseConfig(warehouse_dir=str(tmp_path),
                                                                                ema_weight=0.5)})
     assert renders["figures"] == 4
+
+
+def test_the_metric_parameters_reach_the_figure_and_the_report(tmp_path, tables, monkeypatch):
+    smoothings, draw = [], export_assets.ablation_figure
+
+    def drawing(*args, **kwargs):
+        smoothings.append(args[4])  # ablation_figure(ablation, runs, epochs, summary, smoothing, ...)
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(export_assets, "ablation_figure", drawing)
+    write_build_db(tmp_path, build_tables(tables))
+    config = WarehouseConfig(warehouse_dir=str(tmp_path), ema_weight=0.7, rolling_window=3, ci_level=0.8)
+    assert dg.materialize([ablation_figures, report], resources={"warehouse": config}).success
+    assert {(s.ema_weight, s.window, s.band_level) for s in smoothings} == {(0.7, 3, 0.8)}
+    text = (tmp_path / "exports" / "report.md").read_text()
+    assert "80% interval" in text and "95%" not in text

@@ -104,13 +104,15 @@ def test_file_stems_are_safe(name, stem):
     assert file_stem(name) == stem
 
 
-def test_band_is_the_ema_noise_of_the_trailing_spread():
+# z of the band's level, from a normal table: 0.95 -> 1.959964, 0.5 -> 0.674490
+@pytest.mark.parametrize("level, z", [(0.95, 1.959964), (0.5, 0.674490)])
+def test_band_is_the_ema_noise_of_the_trailing_spread(level, z):
     # Second computation, from the debiased EMA's weights: after n values the weight of value k is
     # (1 − w)·w^(n−k) / (1 − wⁿ); the EMA's noise factor is the root of the sum of squared weights.
     w, values = 0.9, [0.0, 1.0, 3.0, 2.0]
     frame = pl.DataFrame({"run_id": ["r"] * 4, "epoch": [0, 1, 2, 3], "mean_reward": values, "reward_ema": [0.5] * 4,
                           "frac_zero_std_groups": [0.0] * 4, "sample_entropy": [1.0] * 4, "train_entropy": [1.0] * 4})
-    half = with_bands(frame, Smoothing(ema_weight=w, window=3, band_level=0.95))["band_half_width"].to_list()
+    half = with_bands(frame, Smoothing(ema_weight=w, window=3, band_level=level))["band_half_width"].to_list()
     assert half[0] is None  # one value has no spread
     for row in (1, 2, 3):
         n = row + 1
@@ -118,4 +120,26 @@ def test_band_is_the_ema_noise_of_the_trailing_spread():
         window = values[max(0, row - 2): row + 1]
         mean = sum(window) / len(window)
         spread = math.sqrt(sum((v - mean) ** 2 for v in window) / (len(window) - 1))
-        assert half[row] == pytest.approx(1.959964 * spread * math.sqrt(sum(x * x for x in weights)), rel=1e-6)
+        assert half[row] == pytest.approx(z * spread * math.sqrt(sum(x * x for x in weights)), rel=1e-6)
+
+
+def test_side_panels_draw_trailing_means_over_the_window_of_each_run():
+    epochs = pl.DataFrame({
+        "run_id": ["r1"] * 5 + ["r2"] * 2, "epoch": [0, 1, 2, 3, 4, 0, 1],
+        "mean_reward": [0.5] * 7, "reward_ema": [0.5] * 7,
+        "frac_zero_std_groups": [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+        "sample_entropy": [1.0, 2.0, 3.0, 4.0, 5.0, 9.0, 9.0],
+        "train_entropy": [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0],
+    })
+    runs = pl.DataFrame({"run_id": ["r1", "r2"], "ablation": ["a", "a"], "label": [None, None]},
+                        schema={"run_id": pl.String, "ablation": pl.String, "label": pl.String})
+    summary = pl.DataFrame({"run_id": ["r1", "r2"], "matched_horizon": [1, 1], "matched_reward": [0.5, 0.5]})
+    fig = ablation_figure("a", runs, epochs, summary, Smoothing(window=3))
+    _, zero, entropy = fig.axes
+    # Means of each epoch and up to 2 before it, within its run (r2 starts afresh).
+    assert list(by_gid(zero, "zero_std")["r1"].get_ydata()) == pytest.approx([0, 1 / 2, 1 / 3, 2 / 3, 2 / 3])
+    assert list(by_gid(zero, "zero_std")["r2"].get_ydata()) == pytest.approx([0, 0])
+    assert list(by_gid(entropy, "sample_entropy")["r2"].get_ydata()) == pytest.approx([9, 9])
+    assert list(by_gid(entropy, "sample_entropy")["r1"].get_ydata()) == pytest.approx([1, 1.5, 2, 3, 4])
+    assert list(by_gid(entropy, "train_entropy")["r1"].get_ydata()) == pytest.approx([5, 4.5, 4, 3, 2])
+    assert "trailing 3-epoch mean" in zero.get_title(loc="left")

@@ -128,3 +128,30 @@ def test_runs_without_an_ablation_get_their_own_section(tables):
     text = render_report(runs, tables["summary"], tables["contrasts"], tables["snapshots"])
     assert "## Ablation `unassigned`" in text and "(figures/unassigned.png)" in text
     assert "**Solo run** (`solo`)" in section(text, "## Ablation `unassigned`")
+
+
+def test_headline_when_the_winner_is_run_b_keeps_its_contrast_as_it_is(tables):
+    # r_mid now leads (.9 against r_long's .7004); its pair row (r_long, r_mid) already reads r_mid − r_long.
+    summary = tables["summary"].with_columns(
+        matched_reward=pl.when(pl.col("run_id") == "r_mid").then(0.9).otherwise(pl.col("matched_reward")))
+    contrasts = tables["contrasts"].with_columns(
+        delta=pl.when(pl.col("run_b") == "r_mid").then(0.1996).otherwise(pl.col("delta")),
+        ci_low=pl.when(pl.col("run_b") == "r_mid").then(0.05).otherwise(pl.col("ci_low")),
+        ci_high=pl.when(pl.col("run_b") == "r_mid").then(0.35).otherwise(pl.col("ci_high")),
+        prob_improvement=pl.when(pl.col("run_b") == "r_mid").then(0.8).otherwise(pl.col("prob_improvement")))
+    text = render_report(tables["runs"], summary, contrasts, tables["snapshots"])
+    headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
+    assert re.search(r"\*\*Mid run\*\* \(`r_mid`\), matched reward 0\.900 against 0\.700 for the runner-up "
+                     r"\*\*Long run\*\* \(`r_long`\)", headline)
+    found = re.search(r"difference ([+-]\d\.\d{3}), 95% (?:\w+ )?interval \[(\S+), (\S+)\], "
+                      r"probability of improvement (\d\.\d{3})", headline)
+    assert [float(g) for g in found.groups()] == [0.200, 0.050, 0.350, 0.800]
+    assert "excludes zero" in headline
+
+
+def test_the_interval_level_is_the_one_asked_for(tables):
+    text = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"],
+                         ReportSettings(final_window=50, ci_level=0.8))
+    assert "95%" not in text
+    assert "80% interval" in section(text, "### Pairwise contrasts of the matched reward")
+    assert "resolved at 80%" in section(text, "## Ablation `abl`")

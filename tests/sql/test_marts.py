@@ -59,6 +59,20 @@ def test_epoch_metrics_by_hand(warehouse_con):
     assert b[2]["reward_std"] == approx(math.sqrt(1 / 3))  # deviations +-.5 x4 -> SS 1, /3
 
 
+def test_frac_zero_std_groups_leaves_out_groups_of_fewer_than_two_finite_rewards():
+    # Group size 2, four groups: (.5, .5) flat; (1, 0) with spread; (1, NaN) one finite reward; (NaN, inf) none.
+    # Only the first two can have a spread at all: one flat of two -> 1/2 (1/3 or 1/4 if the others counted).
+    docs = [epoch("run", 0, [0.5, 0.5, 1.0, 0.0, 1.0, NAN, NAN, math.inf], [0.0] * 8),
+            # (1, 1) flat and (0, NaN): one flat of one -> 1 (1/2 if the single finite reward counted)
+            epoch("run", 1, [1.0, 1.0, 0.0, NAN], [0.0] * 4)]
+    con = duckdb.connect()
+    create_staging(con, docs, [("run", "abl", 2)])
+    build_marts(con)
+    got = con.execute("select n_groups, frac_zero_std_groups from epoch_metrics order by epoch").fetchall()
+    con.close()
+    assert got == [(4, approx(0.5)), (2, approx(1.0))]
+
+
 def test_group_metrics_by_hand(warehouse_con):
     groups = by_key(warehouse_con, "group_metrics", "run_id", "epoch", "group_index")
     assert len(groups) == 13  # 3 + 3 epochs of 2 groups, and run_c's one group
@@ -148,13 +162,13 @@ def _clear_case(n: int = 40) -> list[dict]:
 
 def test_bootstrap_interval_sanity_on_a_clear_case():
     con = duckdb.connect()
-    create_staging(con, _clear_case(), [("hi", "pair", 1), ("lo", "pair", 1)])
+    docs = _clear_case()
+    create_staging(con, docs, [("hi", "pair", 1), ("lo", "pair", 1)])
     build_marts(con, {"final_window": 40, "bootstrap_reps": 4000})
     pair = rows(con, "select * from ablation_contrasts")[0]
-    values = {run: [r[0] for r in con.execute(
-        "select mean_reward from epoch_metrics where run_id = ? order by epoch", [run]).fetchall()]
-        for run in ("hi", "lo")}
     con.close()
+    # one trajectory per epoch: an epoch's mean reward is its one reward
+    values = {run: [doc["rewards"][0] for doc in docs if doc["run_id"] == run] for run in ("hi", "lo")}
     assert (pair["run_a"], pair["run_b"]) == ("hi", "lo")
     mean = {run: sum(v) / len(v) for run, v in values.items()}
     assert pair["delta"] == approx(mean["lo"] - mean["hi"])
@@ -165,6 +179,26 @@ def test_bootstrap_interval_sanity_on_a_clear_case():
     variance = {run: sum((x - mean[run]) ** 2 for x in v) / len(v) for run, v in values.items()}
     half_width = 1.96 * math.sqrt(sum(var / 40 for var in variance.values()))
     assert (pair["ci_high"] - pair["ci_low"]) / 2 == pytest.approx(half_width, rel=0.1)
+
+
+def test_ci_level_sets_the_width_of_the_contrast_interval():
+    def interval(level: float) -> tuple[float, float, float]:
+        con = duckdb.connect()
+        create_staging(con, _clear_case(), [("hi", "pair", 1), ("lo", "pair", 1)])
+        build_marts(con, {"final_window": 40, "bootstrap_reps": 2000, "ci_level": level})
+        pair = rows(con, "select delta, ci_low, ci_high from ablation_contrasts")[0]
+        con.close()
+        return pair["ci_low"], pair["delta"], pair["ci_high"]
+
+    widths = {}
+    for level in (0.5, 0.95, 0.99):
+        low, delta, high = interval(level)
+        assert low < delta < high
+        widths[level] = high - low
+    # For any roughly normal spread the 50% interval is about a third as wide as the 95% one (z .67 against 1.96)
+    # and the 99% one about a third wider (z 2.58): well inside these bounds, whatever the interval's method.
+    assert widths[0.5] < 0.6 * widths[0.95]
+    assert widths[0.99] > 1.1 * widths[0.95]
 
 
 def tensorboard_ema(values: list[float], weight: float) -> list[float]:
@@ -180,7 +214,9 @@ def tensorboard_ema(values: list[float], weight: float) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("weight", [0.9, 0.6])
+# 0.9 and 0.6 tell w from 1 − w (0.5 cannot); at 1 TensorBoard does not debias and the line stays at 0; at 0 the
+# EMA is the value itself.
+@pytest.mark.parametrize("weight", [0.9, 0.6, 1.0, 0.0])
 def test_reward_ema_matches_tensorboard_with_a_nan_epoch(weight):
     docs = []
     for e in range(30):
