@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from pipelines.defs.resources import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
+from pipelines.release.discover import LAYOUTS
 
 
 class CommandError(Exception):
@@ -43,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     sample.add_argument("--out", required=True, type=Path, metavar="DIR")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--scale", type=int, default=1, help="write K times as many runs (for benchmarks)")
+    sample.add_argument("--layout", choices=LAYOUTS,
+                        help="place every run's epoch documents this way, with transcript-like files beside them "
+                             "(default: the multi-target release flat, the binary one in epoch folders)")
 
     bench = commands.add_parser("bench", help="time ingest, rebuilds and the whole build against baselines")
     bench.add_argument("--scale", type=int, action="append", metavar="K",
@@ -94,7 +98,8 @@ def run_sample(args) -> int:
     if args.scale < 1:
         raise CommandError("--scale must be 1 or more")
     started = time.perf_counter()
-    folders = write_sample(args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True))
+    folders = write_sample(args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True),
+                           layout=args.layout)
     print(f"wrote {len(folders)} release folder(s) under {args.out.absolute()} in {time.perf_counter() - started:.1f} s:")
     for folder in folders:
         print(f"  {folder}")

@@ -18,7 +18,8 @@ from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
 from pipelines.release.discover import (
-    EpochFile, RunFolder, RunListing, SkippedEntry, folders_unchanged, list_run, resolve_inside,
+    DOCUMENT_ORDER, LISTING_VERSION, OTHER_JSON_LAYOUT, EpochFile, RunFolder, RunListing, SkippedEntry,
+    folders_unchanged, list_run, resolve_inside,
 )
 from pipelines.release.flatten import (
     EPOCH_COLUMNS, TRAJECTORY_COLUMNS, ColumnKinds, RunColumns, column_order, combine, drift_notes, mtime_column,
@@ -49,7 +50,7 @@ FILE_COLUMNS = {
     "epoch_in_name": pl.Int64,
     "size_bytes": pl.Int64,
     "mtime": pl.Datetime("us", "UTC"),
-    "status": pl.String,  # loaded | loaded_with_warnings | quarantined | skipped
+    "status": pl.String,  # loaded | loaded_with_warnings | quarantined | duplicate | skipped
     "reason": pl.String,
 }
 
@@ -251,11 +252,61 @@ def _check_document(file: EpochFile, parsed: object, parse_warnings: list[tuple[
 
 def _worth_retrying(outcome: dict, file: EpochFile, max_file_bytes: int) -> bool:
     """A quarantined file whose problem may have gone without its size or mtime changing (chmod, a new limit)."""
+    if outcome["status"] == "skipped":  # a candidate document set aside unread, over the limit then
+        return outcome["reason"].startswith(_OVER_THE_LIMIT) and file.size <= max_file_bytes
     if outcome["status"] != "quarantined":
         return False
     if outcome["reason"] == "unreadable":
         return os.access(file.file_path, os.R_OK)
     return outcome["reason"] == "file_too_large" and file.size <= max_file_bytes
+
+
+class NotAnEpochDocument(Exception):
+    """A *.json candidate in an epoch folder (OTHER_JSON_LAYOUT) that is not an epoch document: set aside, not
+    quarantined."""
+
+
+_OVER_THE_LIMIT = "over max_file_bytes"
+# How an epoch document, even a damaged one, is told from a transcript or a config without parsing it: it spells
+# this key, which is the epoch document's own.
+_DOCUMENT_TOKEN = b'"trajectory_ids"'
+
+
+def _read_candidate(file: EpochFile, max_file_bytes: int) -> bytes:
+    """The bytes of a *.json candidate in an epoch folder; NotAnEpochDocument when it cannot be one.
+
+    A byte search rather than a parse (gigabytes a second): transcripts and per-trajectory files beside an epoch's
+    document can be large, and each is read once (the manifest remembers it). A candidate that has the key is
+    parsed, and quarantined if damaged; one that lacks another required key is set aside (decode's missing_key).
+    """
+    if file.size > max_file_bytes:
+        raise NotAnEpochDocument(f"{_OVER_THE_LIMIT} ({file.size} > {max_file_bytes} bytes); not opened")
+    data = _read_file(file, max_file_bytes)
+    if _DOCUMENT_TOKEN not in data:
+        raise NotAnEpochDocument("not an epoch document: no `trajectory_ids` key")
+    return data
+
+
+def _folders_without_document(current: dict[str, EpochFile], outcomes: dict[str, dict]) -> dict[str, list[str]]:
+    """The epoch folders whose *.json candidates were all set aside, each with its candidates' paths."""
+    folders: dict[str, list[str]] = {}
+    for path, file in current.items():
+        if file.layout == OTHER_JSON_LAYOUT:
+            folders.setdefault(path.rpartition("/")[0], []).append(path)
+    return {folder: paths for folder, paths in sorted(folders.items())
+            if all(outcomes[path]["status"] == "skipped" for path in paths)}
+
+
+def _missing_document_errors(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, dict]) -> pl.DataFrame:
+    """One error per epoch folder whose *.json files held no epoch document, naming each file and why."""
+    rows = []
+    for folder, paths in _folders_without_document(current, outcomes).items():
+        seen = "; ".join(f"{path.rpartition('/')[2]}: {outcomes[path]['reason']}" for path in paths[:5])
+        more = f"; and {len(paths) - 5} more" if len(paths) > 5 else ""
+        rows.append(_error(run_id, folder, current[paths[0]].epoch_in_name, "missing_document", "error",
+                           f"epoch folder without an epoch document ({DOCUMENT_ORDER}): {seen}{more}",
+                           "skipped: nothing loaded"))
+    return pl.DataFrame(rows, schema=ERROR_COLUMNS)
 
 
 def _source_path(entry: SkippedEntry) -> str:
@@ -274,12 +325,12 @@ def _stamps_record(listing: RunListing, quarantined: int, rows: dict) -> dict | 
     quarantined file may be fixed in place, and a problem entry (an unreadable file, say) may heal without its
     folder changing.
     """
-    if listing.folders is None or quarantined or any(s.is_problem for s in listing.skipped):
+    if listing.folders is None or quarantined or any(s.is_problem and s.severity == "error" for s in listing.skipped):
         return None
     wait = quiet_seconds()
     if wait < 0 or listing.listed_at_ns - listing.changed_at_ns < wait * 10**9:
         return None
-    return {"format": LAKE_FORMAT, "release": listing.run.release, "rows": rows,
+    return {"format": LAKE_FORMAT, "listing": LISTING_VERSION, "release": listing.run.release, "rows": rows,
             "listed_at_ns": listing.listed_at_ns, "changed_at_ns": listing.changed_at_ns,
             "folders": {path: list(stamp) for path, stamp in listing.folders.items()}}
 
@@ -289,7 +340,9 @@ def _read_stamps(lake: Path, run_id: str) -> dict | None:
         record = orjson.loads(stamps_file(lake, run_id).read_bytes())
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and record.get("format") == LAKE_FORMAT else None
+    if isinstance(record, dict) and record.get("format") == LAKE_FORMAT and record.get("listing") == LISTING_VERSION:
+        return record
+    return None
 
 
 def _write_stamps(lake: Path, run_id: str, record: dict | None) -> None:
@@ -341,7 +394,9 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         removed = files.keys() - current.keys()
         if not changed and not removed and previous.get("skipped") == skipped and _partitions_present(lake, run_id):
             quarantined = sum(o["status"] == "quarantined" for o in files.values())
-            record = _stamps_record(listing, quarantined, previous.get("rows"))
+            # A folder of set-aside candidates, like a quarantined file, may be fixed in place.
+            unsettled = quarantined + len(_folders_without_document(current, files))
+            record = _stamps_record(listing, unsettled, previous.get("rows"))
             old = _read_stamps(lake, run_id)
             if (old is None) != (record is None) or record and old["folders"] != record["folders"]:
                 _write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder changed
@@ -358,6 +413,9 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
                                      "error", exc.message, "quarantined: not loaded"))
             outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "quarantined", exc.error_kind,
                                                   file.epoch_in_name)
+
+        def set_aside(file: EpochFile, reason: str) -> None:
+            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "skipped", reason, None)
 
         def load(file: EpochFile, doc: EpochDoc) -> None:
             for kind, message in doc.warnings:
@@ -382,8 +440,9 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             # are checked one by one (decode_parsed).
             columns = RunColumns(run_id)
             for file in parse:
+                candidate = file.layout == OTHER_JSON_LAYOUT
                 try:
-                    data = _read_file(file, max_file_bytes)
+                    data = _read_candidate(file, max_file_bytes) if candidate else _read_file(file, max_file_bytes)
                     fast = columns.add_bytes(file, data)
                     if not fast:
                         with _failures_as_invalid_json():
@@ -394,8 +453,14 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
                                                               file.epoch_in_name)
                         continue
                     doc = _check_document(file, parsed, parse_warnings)
+                except NotAnEpochDocument as exc:
+                    set_aside(file, str(exc))
+                    continue
                 except DecodeError as exc:
-                    quarantine(file, exc)
+                    if candidate and exc.error_kind in ("not_an_object", "missing_key"):
+                        set_aside(file, f"not an epoch document: {exc.message}")
+                    else:
+                        quarantine(file, exc)
                     continue
                 load(file, doc)
             new_epochs, new_trajectories, new_kinds = columns.frames()
@@ -423,6 +488,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
             parse_errors,
             pl.DataFrame(new_errors, schema=ERROR_COLUMNS),
             _inventory_errors(run_id, listing.skipped),
+            _missing_document_errors(run_id, current, {path: vars(o) for path, o in outcomes.items()}),
         ])
         errors = errors.filter(pl.col("error_kind") != "type_drift")
         errors = _concat([errors, pl.DataFrame(
@@ -442,6 +508,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
         # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
         quarantined = sum(o.status == "quarantined" for o in outcomes.values())
+        unsettled = quarantined + len(_folders_without_document(current, {p: vars(o) for p, o in outcomes.items()}))
         manifest = {
             "format": LAKE_FORMAT,
             "run_id": run_id,
@@ -454,7 +521,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         }
         # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
         write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
-        _write_stamps(lake, run_id, _stamps_record(listing, quarantined, manifest["rows"]))
+        _write_stamps(lake, run_id, _stamps_record(listing, unsettled, manifest["rows"]))
         return _result(run_id, True, n_parsed, quarantined, lake, started, epochs, trajectories)
 
 
@@ -509,7 +576,8 @@ def _error(run_id, source_path, epoch, kind, severity, message, action) -> dict:
 
 
 def _inventory_errors(run_id: str, skipped: list[SkippedEntry]) -> pl.DataFrame:
-    rows = [_error(run_id, s.source_path, None, s.error_kind or "bad_entry", "error", s.reason, "skipped: not opened")
+    rows = [_error(run_id, s.source_path, s.epoch, s.error_kind or "bad_entry", s.severity, s.reason,
+                   "not loaded: duplicate" if s.error_kind == "duplicate_epoch" else "skipped: not opened")
             for s in skipped if s.is_problem]
     return pl.DataFrame(rows, schema=ERROR_COLUMNS)
 
@@ -535,8 +603,10 @@ def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _
     )
     others = pl.DataFrame(
         {"run_id": [run_id] * len(skipped), "source_path": [s.source_path for s in skipped],
-         "status": ["skipped"] * len(skipped), "reason": [s.reason for s in skipped]},
-        schema={name: FILE_COLUMNS[name] for name in ("run_id", "source_path", "status", "reason")},
+         "epoch_in_name": [s.epoch for s in skipped],
+         "status": ["duplicate" if s.error_kind == "duplicate_epoch" else "skipped" for s in skipped],
+         "reason": [s.reason for s in skipped]},
+        schema={name: FILE_COLUMNS[name] for name in ("run_id", "source_path", "epoch_in_name", "status", "reason")},
     )
     return pl.concat([listed, others], how="diagonal_relaxed").select(list(FILE_COLUMNS))
 

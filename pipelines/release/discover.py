@@ -1,4 +1,4 @@
-"""Finds a release's run folders and epoch files, in both published layouts, and inventories every other entry."""
+"""Finds a release's run folders and epoch documents, in every recognised placement, and inventories every other entry."""
 
 from __future__ import annotations
 
@@ -12,7 +12,22 @@ from pathlib import Path
 # Nine digits at most: an epoch number always fits the warehouse's 64-bit integers.
 EPOCH_FILE_NAME = re.compile(r"^epoch_(\d{1,9})_results\.json$")
 EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
-EPOCH_DIR_DOCUMENT = "results.json"
+# An epoch folder's document, by name, in the order tried: the first present is loaded, and any other of these
+# names beside it is a duplicate_epoch. "{n}" is the folder's own digits (epoch_007/epoch_007_results.json).
+EPOCH_DIR_DOCUMENTS = (("epoch_{n}_results.json", "folder_epoch_results"), ("results.json", "folder"),
+                       ("metrics.json", "folder_metrics"))
+# With none of those names in an epoch folder, each of its *.json files is a candidate, loaded when it proves to be
+# an epoch document (pipelines.lake decides, from its content); its other files are inventoried only.
+OTHER_JSON_LAYOUT = "folder_other_json"
+# Every layout (an EpochFile's layout, fact_epochs.source_layout), in the order an epoch folder's names are tried.
+LAYOUTS = ("file", *(layout for _, layout in EPOCH_DIR_DOCUMENTS), OTHER_JSON_LAYOUT)
+EXPECTED_PLACEMENTS = ("<run>/epoch_NNN_results.json",
+                       *(f"<run>/epoch_NNN/{name.format(n='NNN')}" for name, _ in EPOCH_DIR_DOCUMENTS),
+                       "<run>/epoch_NNN/<any name>.json")
+DOCUMENT_ORDER = ("names tried in order: epoch_NNN_results.json, results.json, metrics.json, then any other "
+                  "*.json holding an epoch document")
+# Bumped when the listing recognises other files: a quiet run's stamps from another version are not trusted.
+LISTING_VERSION = 2
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 1.6 us to make, this one 0.2 (one per file listed)
@@ -23,7 +38,8 @@ class EpochFile:
     file_path: str  # absolute path inside the release root; a str, not a Path: a listing makes one per file
     source_path: str  # path relative to the release root, as shown to users
     epoch_in_name: int
-    layout: str  # "file" (epoch_NNN_results.json) or "folder" (epoch_NNN/results.json)
+    # "file" (<run>/epoch_NNN_results.json) or, in an epoch folder, the EPOCH_DIR_DOCUMENTS layout or OTHER_JSON_LAYOUT
+    layout: str
     size: int
     mtime_ns: int
     # The file the listing saw (its real path checked to be inside the release), to know it again when opened;
@@ -45,6 +61,8 @@ class SkippedEntry:
     reason: str
     is_problem: bool  # True when the entry is reported in ingest_errors too (e.g. a link out of the release)
     error_kind: str | None = None  # its error_kind in ingest_errors, when it is a problem
+    severity: str = "error"  # "warning" for a problem that loses nothing (a second document for a loaded epoch)
+    epoch: int | None = None  # the epoch of the epoch folder it is, or is in
 
 
 @dataclass(frozen=True)
@@ -163,8 +181,9 @@ def list_run(run: RunFolder) -> RunListing:
     skipped: list[SkippedEntry] = []
     prefix = _relative(run.path, root)  # source paths are this plus "/name", as Path.relative_to would give
 
-    def skip(source_path: str, reason: str, error_kind: str | None = None) -> None:
-        skipped.append(SkippedEntry(run_id, source_path, reason, error_kind is not None, error_kind))
+    def skip(source_path: str, reason: str, error_kind: str | None = None, severity: str = "error",
+             epoch: int | None = None) -> None:
+        skipped.append(SkippedEntry(run_id, source_path, reason, error_kind is not None, error_kind, severity, epoch))
 
     listed_at_ns = time.time_ns()
     folders: dict[str, FolderStamp] | None = None
@@ -187,6 +206,49 @@ def list_run(run: RunFolder) -> RunListing:
         epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns,
                                      st.st_dev, st.st_ino))
         changed_at_ns = max(changed_at_ns, st.st_ctime_ns)
+
+    def list_epoch_folder(inner_entries: list[os.DirEntry], folder_path: str, digits: str) -> None:
+        """The epoch folder's document, by EPOCH_DIR_DOCUMENTS' names in order, else its *.json candidates."""
+        epoch = int(digits)
+        known = {name.format(n=digits): (rank, layout) for rank, (name, layout) in enumerate(EPOCH_DIR_DOCUMENTS)}
+        documents, candidates, others, refused = [], [], [], False
+        for inner in inner_entries:
+            path = f"{folder_path}/{inner.name}"
+            if inner.name.startswith("."):
+                skip(path, "hidden entry", epoch=epoch)
+            elif not (inner.name in known or inner.name.endswith(".json")):
+                others.append(inner)
+            # A regular file, or a link to anything but a folder (a broken link is reported as such).
+            elif not (inner.is_file() or (inner.is_symlink() and not inner.is_dir())):
+                others.append(inner)
+            elif problem := link_problem(inner):
+                skip(path, problem, "outside_link", epoch=epoch)
+                refused = True  # reported; the folder is not reported again as without a document
+            elif inner.name in known:
+                documents.append((known[inner.name], inner))
+            else:
+                candidates.append(inner)
+        documents.sort(key=lambda ranked: ranked[0][0])
+        if documents:
+            (_, layout), chosen = documents[0]
+            add_epoch(chosen, f"{folder_path}/{chosen.name}", epoch, layout)
+            for _, second in documents[1:]:
+                skip(f"{folder_path}/{second.name}",
+                     f"a second document for epoch {epoch}: {folder_path}/{chosen.name} is loaded ({DOCUMENT_ORDER})",
+                     "duplicate_epoch", "warning", epoch)
+            beside = f"beside {chosen.name} in an epoch folder; inventoried, not parsed"
+            others += candidates
+        else:
+            for candidate in candidates:
+                add_epoch(candidate, f"{folder_path}/{candidate.name}", epoch, OTHER_JSON_LAYOUT)
+            beside = "in an epoch folder; inventoried, not parsed"
+            if not candidates and not refused:
+                seen = ", ".join(inner.name for inner in inner_entries[:5]) or "nothing"
+                more = f" and {len(inner_entries) - 5} more" if len(inner_entries) > 5 else ""
+                skip(folder_path, f"epoch folder without an epoch document ({DOCUMENT_ORDER}); it holds {seen}{more}",
+                     "missing_document", epoch=epoch)
+        for other in sorted(others, key=_name):
+            skip(f"{folder_path}/{other.name}", beside, epoch=epoch)
 
     try:
         st = os.stat(run.path, follow_symlinks=False)
@@ -218,24 +280,9 @@ def list_run(run: RunFolder) -> RunListing:
                 with os.scandir(entry.path) as listing:
                     inner_entries = sorted(listing, key=_name)
             except OSError as exc:
-                skip(source_path, f"cannot list epoch folder: {exc.strerror}", "unreadable")
+                skip(source_path, f"cannot list epoch folder: {exc.strerror}", "unreadable", epoch=int(match.group(1)))
                 continue
-            document = None
-            for inner in inner_entries:
-                if inner.name == EPOCH_DIR_DOCUMENT:
-                    document = inner
-                else:
-                    skip(f"{source_path}/{inner.name}",
-                         f"beside {EPOCH_DIR_DOCUMENT} in an epoch folder; inventoried, not parsed")
-            document_path = f"{source_path}/{EPOCH_DIR_DOCUMENT}"
-            # A regular file, or a link to anything but a folder (a broken link is reported as such).
-            if document is not None and (document.is_file() or (document.is_symlink() and not document.is_dir())):
-                if problem := link_problem(document):
-                    skip(document_path, problem, "outside_link")
-                else:
-                    add_epoch(document, document_path, int(match.group(1)), "folder")
-            else:
-                skip(source_path, f"epoch folder without a {EPOCH_DIR_DOCUMENT} file", "missing_document")
+            list_epoch_folder(inner_entries, source_path, match.group(1))
         elif name.startswith("epoch_"):
             # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
             skip(source_path, "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",

@@ -55,6 +55,12 @@ an archive has. The same (seed, scale) gives byte-identical files with the same
 mtimes: every run draws from
 ``numpy.random.default_rng([seed, crc32(run_id)])``. ``scale=K`` adds replicates
 k=1..K-1 in releases ``<release>_s{k:03d}`` with run ids suffixed ``_s{k:03d}``.
+
+``layout=`` (``grpo-warehouse sample --layout``) writes every run in one of the
+placements a release may use instead (LAYOUT_PATHS), the same documents byte for
+byte, with transcript-like files beside them: in an epoch folder a
+``config.json`` and a ``transcripts.jsonl`` (one line per trajectory), in the
+flat layout a ``transcripts/epoch_NNN.jsonl`` per epoch.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from pipelines.release.discover import EPOCH_DIR_DOCUMENTS, OTHER_JSON_LAYOUT
 
 SAMPLE_VERSION: int = 1
 MULTI_TARGET_RELEASE = "grpo_multi_target"
@@ -145,6 +153,13 @@ RELEASE_READMES = {
 
 REPLICATE_SUFFIX = re.compile(r"_s(\d{3,})$")
 
+# Where each layout puts epoch NNN's document in its run folder (its source_layout); "summary.json" stands for
+# any other name.
+LAYOUT_PATHS = {
+    "file": "epoch_{n}_results.json",
+    **{layout: f"epoch_{{n}}/{name}" for name, layout in EPOCH_DIR_DOCUMENTS},
+    OTHER_JSON_LAYOUT: "epoch_{n}/summary.json",
+}
 
 def release_name(base_release: str, replicate: int) -> str:
     """Release folder name of a replicate; replicate 0 is the base release."""
@@ -163,10 +178,16 @@ def sample_release_dirs(out: Path, scale: int = 1) -> list[Path]:
 
 
 def write_sample(
-    out: Path, seed: int = 0, scale: int = 1, progress: Callable[[str], None] | None = None
+    out: Path, seed: int = 0, scale: int = 1, progress: Callable[[str], None] | None = None,
+    layout: str | None = None,
 ) -> list[Path]:
-    """Writes the sample releases under out/<release>/<run_id>/... and returns the release folders."""
+    """Writes the sample releases under out/<release>/<run_id>/... and returns the release folders.
+
+    layout: every run in that one of LAYOUT_PATHS, with transcript-like files beside; None: each run in its own
+    (RunSpec.nested_layout)."""
     _check_arguments(seed, scale)
+    if layout is not None and layout not in LAYOUT_PATHS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUT_PATHS)}, got {layout!r}")
     out = Path(out)
     release_dirs = sample_release_dirs(out, scale)
     for release_dir in release_dirs:
@@ -174,7 +195,7 @@ def write_sample(
         base_release = REPLICATE_SUFFIX.sub("", release_dir.name)
         _write_atomic(release_dir / "README.md", RELEASE_READMES[base_release].encode())
 
-    jobs = [(str(out), seed, spec, k) for k in range(scale) for spec in RUN_SPECS]
+    jobs = [(str(out), seed, spec, k, layout) for k in range(scale) for spec in RUN_SPECS]
     if scale == 1:
         for job in jobs:
             _report(progress, _write_run_job(job))
@@ -262,8 +283,8 @@ def snapshot_time_ms(snapshot_id: str) -> int:
     return value
 
 
-def _write_run_job(job: tuple[str, int, RunSpec, int]) -> str:
-    out, seed, spec, replicate = job
+def _write_run_job(job: tuple[str, int, RunSpec, int, str | None]) -> str:
+    out, seed, spec, replicate, layout = job
     run_id = run_name(spec.run_id, replicate)
     run_dir = os.path.join(out, release_name(spec.release, replicate), run_id)
     os.makedirs(run_dir, exist_ok=True)
@@ -273,7 +294,9 @@ def _write_run_job(job: tuple[str, int, RunSpec, int]) -> str:
         payload = json.dumps(document).encode()
         # Each file carries the time its epoch ended (the snapshot id's), as a release unpacked from its archive.
         ended_ns = snapshot_time_ms(document["snapshot_id"]) * 10**6
-        if spec.nested_layout:
+        if layout is not None:
+            write_epoch_in_layout(run_dir, layout, document, _epoch_config(spec, epoch, document["lr"]), ended_ns)
+        elif spec.nested_layout:
             epoch_dir = os.path.join(run_dir, f"epoch_{epoch:03d}")
             os.makedirs(epoch_dir, exist_ok=True)
             _write_atomic(os.path.join(epoch_dir, "results.json"), payload, ended_ns)
@@ -281,6 +304,33 @@ def _write_run_job(job: tuple[str, int, RunSpec, int]) -> str:
         else:
             _write_atomic(os.path.join(run_dir, f"epoch_{epoch:03d}_results.json"), payload, ended_ns)
     return f"wrote {release_name(spec.release, replicate)}/{run_id} ({len(documents)} epochs)"
+
+
+def write_epoch_in_layout(run_dir: str | Path, layout: str, document: dict, config: bytes,
+                          mtime_ns: int | None = None) -> None:
+    """One epoch's document placed as the layout places it, with the transcript-like files a release ships beside
+    it: the given config.json and a transcripts.jsonl in an epoch folder; a transcripts/ file in the flat layout."""
+    epoch = f"{document['epoch']:03d}"
+    path = os.path.join(run_dir, LAYOUT_PATHS[layout].format(n=epoch))
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    _write_atomic(path, json.dumps(document).encode(), mtime_ns)
+    if layout == "file":
+        transcripts = os.path.join(run_dir, "transcripts", f"epoch_{epoch}.jsonl")
+        os.makedirs(os.path.dirname(transcripts), exist_ok=True)
+    else:
+        transcripts = os.path.join(folder, "transcripts.jsonl")
+        _write_atomic(os.path.join(folder, "config.json"), config, mtime_ns)
+    _write_atomic(transcripts, _transcripts(document), mtime_ns)
+
+
+def _transcripts(document: dict) -> bytes:
+    """A stand-in for an epoch's rollout transcripts: one JSON line per trajectory, with its reward."""
+    lines = [json.dumps({"trajectory_id": trajectory_id, "reward": reward,
+                         "messages": [{"role": "user", "content": "Audit the target model."},
+                                      {"role": "assistant", "content": "Findings: ..."}]})
+             for trajectory_id, reward in zip(document["trajectory_ids"], document["rewards"])]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _epoch_config(spec: RunSpec, epoch: int, lr: float) -> bytes:

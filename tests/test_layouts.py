@@ -1,0 +1,160 @@
+"""Every placement of an epoch document loads the same rows; other files beside the documents are only inventoried."""
+
+import json
+import math
+
+import polars as pl
+import pytest
+
+from conftest import epoch_document
+from pipelines.lake import ingest_run
+from pipelines.release.discover import LAYOUTS, RunFolder, list_run
+from pipelines.release.sample import write_epoch_in_layout
+
+RUNS = ("run_a", "run_b")
+EPOCHS = 4
+N = 8
+
+
+def _document(run: str, epoch: int) -> dict:
+    """Rewards that differ by run, epoch and position (one NaN), a scalar extra and a per-trajectory extra."""
+    offset = RUNS.index(run)
+    rewards = [((i * 3 + epoch + offset) % 5) / 4 for i in range(N)]
+    rewards[(epoch + offset) % N] = math.nan
+    finite = [r for r in rewards if not math.isnan(r)]
+    return epoch_document(epoch, n=N) | {
+        "rewards": rewards, "advantages": [0.0 if math.isnan(r) else r - 0.5 for r in rewards],
+        "mean_reward": sum(finite) / len(finite), "loss": 0.1 * epoch + offset,
+        "snapshot_id": f"snap_{run}_{epoch}", "trajectory_ids": [f"{run}_{epoch}_{i}" for i in range(N)],
+        "lr": 1e-5 * (epoch + 1), "judge_score": [i % 3 for i in range(N)],
+    }
+
+
+def _release(root, layout: str):
+    """One release per layout, its runs named <run>@<layout> (a run id is unique across releases)."""
+    release = root / f"rel_{layout}"
+    for run in RUNS:
+        for epoch in range(EPOCHS):
+            write_epoch_in_layout(release / f"{run}@{layout}", layout, _document(run, epoch),
+                                  json.dumps({"epoch": epoch, "lr": 1e-5}).encode(), 10**18 + epoch * 10**9)
+    return release
+
+
+def _table(warehouse, query, table: str, layout: str) -> pl.DataFrame:
+    """A table's rows of one layout's runs, run ids without the layout, in key order; the columns that name a file
+    or a release, or come from bootstrap draws seeded by run id (every run has its own draws), left out."""
+    columns = [row[0] for row in query(warehouse, f"select column_name from (describe {table})")]
+    key = "run_id" if "run_id" in columns else "run_a"
+    rows = query(warehouse, f"select * from {table} where {key} like '%@{layout}'")
+    frame = pl.DataFrame(rows, schema=columns, orient="row", infer_schema_length=None)
+    frame = frame.with_columns(pl.col(c).str.replace(f"@{layout}", "", literal=True)
+                               for c in ("run_id", "run_a", "run_b") if c in columns)
+    left_out = ("source_path", "source_layout", "source_mtime", "release", "ablation", "model_name")
+    frame = frame.drop([c for c in columns if c in left_out or "ci_" in c or c == "resolved"])
+    return frame.sort(frame.columns[: 3 if "traj_index" in frame.columns else 2])
+
+
+COMPARED = ("fact_epochs", "fact_trajectories", "epoch_metrics", "run_summary", "snapshots", "ablation_contrasts")
+
+
+@pytest.mark.slow
+def test_every_layout_builds_the_same_tables_as_the_flat_one(tmp_path, build, query):
+    releases = [_release(tmp_path, layout) for layout in LAYOUTS]
+    warehouse = tmp_path / "wh"
+    assert build(releases, warehouse) == 0
+
+    # The flat layout itself loads every document: 2 runs x 4 epochs of 8 trajectories, one reward NaN per epoch.
+    flat_epochs = _table(warehouse, query, "fact_epochs", "file")
+    assert flat_epochs.height == len(RUNS) * EPOCHS
+    assert flat_epochs.filter(pl.col("run_id") == "run_b", pl.col("epoch") == 2)["loss"].item() == pytest.approx(1.2)
+    flat_trajectories = _table(warehouse, query, "fact_trajectories", "file")
+    assert flat_trajectories.height == len(RUNS) * EPOCHS * N
+    assert flat_trajectories["judge_score"].to_list()[:4] == [0, 1, 2, 0]
+    flat_metrics = _table(warehouse, query, "epoch_metrics", "file")
+    # run_a epoch 0: rewards (3i mod 5)/4 for i = 1..7 (i = 0 is the NaN): 3, 1, 4, 2, 0, 3, 1 quarters.
+    assert flat_metrics["mean_reward"][0] == pytest.approx(14 / 28)
+
+    for layout in LAYOUTS[1:]:
+        for name in COMPARED:
+            flat, other = _table(warehouse, query, name, "file"), _table(warehouse, query, name, layout)
+            assert other.height == flat.height, (layout, name)
+            assert other.equals(flat), (layout, name)
+
+    # Nothing to report: the transcripts and configs beside the documents are inventoried, not parsed.
+    assert query(warehouse, "select count(*) from ingest_errors") == [(0,)]
+    skipped = query(warehouse, "select count(*) from file_inventory where source_path like '%transcripts%'"
+                               " and status = 'skipped'")
+    # A transcripts.jsonl per epoch folder; the flat layout's transcripts/ folder is one entry per run.
+    assert skipped == [((len(LAYOUTS) - 1) * len(RUNS) * EPOCHS + len(RUNS),)]
+
+
+def _ingest(root, lake, run="run", max_file_bytes=10**7):
+    return ingest_run(list_run(RunFolder(run, root.name, root, root / run)), lake, max_file_bytes)
+
+
+def _rows(lake, table: str, run="run") -> list[dict]:
+    return pl.read_parquet(lake / table / f"run_id={run}" / "data.parquet").rows(named=True)
+
+
+def test_an_unknown_json_that_is_no_document_is_reported_once_and_other_epochs_load(tmp_path):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    run = release / "run"
+    for epoch in (0, 2):
+        write_epoch_in_layout(run, "folder_other_json", epoch_document(epoch), b"{}")
+    (run / "epoch_001").mkdir()
+    # JSON lines under a .json name: not one JSON value, and still no damaged epoch document.
+    lines = [json.dumps({"messages": [{"rewards": [1]}]}), json.dumps({"messages": []})]
+    (run / "epoch_001" / "transcript.json").write_text("\n".join(lines))
+
+    result = _ingest(release, lake)
+    assert (result.epochs, result.files_quarantined) == (2, 0)
+    errors = _rows(lake, "errors")
+    assert [(e["source_path"], e["epoch"], e["error_kind"]) for e in errors] == [
+        ("run/epoch_001", 1, "missing_document")]
+    assert "transcript.json: not an epoch document" in errors[0]["message"]
+    # The config.json beside each loaded summary.json is set aside without a report.
+    statuses = {row["source_path"]: row["status"] for row in _rows(lake, "files")}
+    assert statuses["run/epoch_000/summary.json"] == "loaded"
+    assert statuses["run/epoch_000/config.json"] == statuses["run/epoch_001/transcript.json"] == "skipped"
+
+    again = _ingest(release, lake)  # nothing new: nothing read again, still one report
+    assert (again.changed, again.files_parsed) == (False, 0)
+    assert len(_rows(lake, "errors")) == 1
+
+    # The file fixed in place is an epoch document now: it loads, and the report goes.
+    (run / "epoch_001" / "transcript.json").write_text(json.dumps(epoch_document(1)))
+    fixed = _ingest(release, lake)
+    assert fixed.epochs == 3
+    assert _rows(lake, "errors") == []
+
+
+def test_two_documents_in_one_epoch_folder_load_the_first_by_name_order(tmp_path):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    folder = release / "run" / "epoch_003"
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps(epoch_document(3, loss=1.0)))
+    (folder / "results.json").write_text(json.dumps(epoch_document(3, loss=2.0)))
+    (folder / "epoch_003_results.json").write_text(json.dumps(epoch_document(3, loss=3.0)))
+
+    _ingest(release, lake)
+    assert [row["loss"] for row in _rows(lake, "epochs")] == [3.0]
+    errors = _rows(lake, "errors")
+    assert sorted((e["source_path"], e["error_kind"], e["severity"]) for e in errors) == [
+        ("run/epoch_003/metrics.json", "duplicate_epoch", "warning"),
+        ("run/epoch_003/results.json", "duplicate_epoch", "warning"),
+    ]
+    assert all("run/epoch_003/epoch_003_results.json is loaded" in e["message"] for e in errors)
+
+
+def test_a_damaged_document_of_any_name_is_quarantined_and_a_large_transcript_not_opened(tmp_path):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    folder = release / "run" / "epoch_000"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps(epoch_document(0))[:-30])  # cut short
+    (folder / "rollouts.json").write_bytes(b"[" + b"0," * 600 + b"0]")
+
+    _ingest(release, lake, max_file_bytes=1000)
+    errors = _rows(lake, "errors")
+    assert [(e["source_path"], e["error_kind"]) for e in errors] == [("run/epoch_000/summary.json", "truncated_json")]
+    reasons = {row["source_path"]: row["reason"] for row in _rows(lake, "files")}
+    assert reasons["run/epoch_000/rollouts.json"].startswith("over max_file_bytes")
