@@ -188,7 +188,7 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
 
     dg.JobDefinition.execute_in_process = recording
     # The CLI's check of which runs to ingest, made before Dagster starts: counted with the ingest steps.
-    check = lake.runs_needing_ingest
+    check = lake.select_runs
     checked: list[float] = []
 
     def timed_check(*args, **kwargs):
@@ -198,7 +198,7 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
         finally:
             checked.append(time.perf_counter() - begun)
 
-    lake.runs_needing_ingest = timed_check
+    lake.select_runs = timed_check
     argv = ["build", "--warehouse", warehouse, "--workers", str(workers)]
     for release in releases:
         argv += ["--release", release]
@@ -445,7 +445,7 @@ def _median(raw: dict, name: str, key: str = "seconds") -> float | None:
     return median(r[key] for r in runs)
 
 
-CHECK_STEP = "runs_needing_ingest"  # not a Dagster step: the CLI's look at what changed, before launching
+CHECK_STEP = "select_runs"  # not a Dagster step: the CLI's look at what changed, before launching
 
 
 def _model_seconds(steps: dict) -> tuple[float, float]:

@@ -153,7 +153,7 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> int:
     from pipelines.definitions import defs as load_defs
     from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
     from pipelines.defs.resources import WarehouseConfig
-    from pipelines.lake import runs_needing_ingest
+    from pipelines.lake import select_runs
     from pipelines.release.discover import find_run_folders
     from pipelines.warehouse_db import lake_dir
 
@@ -168,7 +168,7 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> int:
     # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
     # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
     # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
-    stale = set(runs_needing_ingest(list(runs.values()), lake_dir(warehouse), config.max_file_bytes, full_scan))
+    stale = set(select_runs(runs.values(), lake_dir(warehouse), config.max_file_bytes, full_scan).stale)
     print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
           flush=True)
 

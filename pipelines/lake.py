@@ -6,7 +6,7 @@ import multiprocessing
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -369,6 +369,52 @@ def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
     return _result(run.run_id, False, 0, 0, lake, started, rows=record["rows"])
 
 
+@dataclass
+class RunWork:
+    """What the lake lacks of one listed run: what ingest_run would parse, drop and inventory again."""
+
+    listing: RunListing
+    changed: list[EpochFile]  # new or changed since parsed (size or mtime), or quarantined and worth retrying
+    removed: list[str]  # source paths the manifest holds that the folder no longer has
+    inventory_changed: bool  # the non-epoch entries differ from the manifest's, or a partition is missing
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.changed or self.removed or self.inventory_changed)
+
+
+def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dict) -> RunWork:
+    """A run's listing against its manifest (previous, as read_manifest returns it); stats only, parses nothing."""
+    # The manifest's entries are compared as they were read: a no-change build does this for every file of every
+    # run, and builds no object per file.
+    files: dict[str, dict] = previous.get("files", {})
+    changed = [
+        f for f in listing.epoch_files
+        if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
+        or o["status"] == "quarantined" and _worth_retrying(o, f, max_file_bytes)
+    ]
+    removed = sorted(files.keys() - {f.source_path for f in listing.epoch_files})
+    skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
+    inventory_changed = previous.get("skipped") != skipped or not _partitions_present(lake, listing.run.run_id)
+    return RunWork(listing, changed, removed, inventory_changed)
+
+
+def _settle_unchanged(listing: RunListing, lake: Path, previous: dict) -> int:
+    """Records the stamps of a run found unchanged if it became quiet (or removes them if it became busy); returns
+    its count of quarantined files. Called holding the run's lock."""
+    run_id = listing.run.run_id
+    files: dict[str, dict] = previous.get("files", {})
+    quarantined = sum(o["status"] == "quarantined" for o in files.values())
+    # A folder of set-aside candidates, like a quarantined file, may be fixed in place.
+    current = {f.source_path: f for f in listing.epoch_files}
+    unsettled = quarantined + len(_folders_without_document(current, files))
+    record = _stamps_record(listing, unsettled, previous.get("rows"))
+    old = _read_stamps(lake, run_id)
+    if (old is None) != (record is None) or record and old["folders"] != record["folders"]:
+        _write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder changed
+    return quarantined
+
+
 def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
                only_if_unchanged: bool = False) -> RunIngestResult | None:
     """Brings one run's lake partitions up to date with its folder, parsing only new or changed files.
@@ -381,28 +427,16 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
     (lake / ".locks").mkdir(parents=True, exist_ok=True)
     with FileLock(lake / ".locks" / f"{run_id}.lock"):
         previous = read_manifest(lake, run_id)
-        # The manifest's entries are compared as they were read: a no-change build does this for every file of
-        # every run, and builds no object per file.
-        files: dict[str, dict] = previous.get("files", {})
-        current = {f.source_path: f for f in listing.epoch_files}
-        skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
-        changed = [
-            f for f in listing.epoch_files
-            if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
-            or o["status"] == "quarantined" and _worth_retrying(o, f, max_file_bytes)
-        ]
-        removed = files.keys() - current.keys()
-        if not changed and not removed and previous.get("skipped") == skipped and _partitions_present(lake, run_id):
-            quarantined = sum(o["status"] == "quarantined" for o in files.values())
-            # A folder of set-aside candidates, like a quarantined file, may be fixed in place.
-            unsettled = quarantined + len(_folders_without_document(current, files))
-            record = _stamps_record(listing, unsettled, previous.get("rows"))
-            old = _read_stamps(lake, run_id)
-            if (old is None) != (record is None) or record and old["folders"] != record["folders"]:
-                _write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder changed
+        work = _compare(listing, lake, max_file_bytes, previous)
+        if not work.pending:
+            quarantined = _settle_unchanged(listing, lake, previous)
             return _result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
         if only_if_unchanged:
             return None
+        files: dict[str, dict] = previous.get("files", {})
+        current = {f.source_path: f for f in listing.epoch_files}
+        skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
+        changed, removed = work.changed, set(work.removed)
         # Not to be settled by its stamps until this rewrite is done: a crash midway must not be hidden.
         _write_stamps(lake, run_id, None)
         skipped = [dict(s) for s in skipped]
@@ -720,15 +754,39 @@ def ingest_runs(
     return sorted(results, key=lambda r: r.run_id)
 
 
-def runs_needing_ingest(runs: list[RunFolder], lake: Path, max_file_bytes: int,
-                        full_scan: bool = False) -> list[str]:
-    """The run ids whose lake partitions are out of date: a run with something to parse, remove or re-inventory
-    (ingest_run would rewrite it), and a run still in the lake whose folder is gone. Parses nothing; lists only
-    the runs unchanged_by_stamps cannot settle, unless full_scan."""
+@dataclass
+class RunSelection:
+    """Which run partitions of the lake have work, from one look at the releases (select_runs)."""
+
+    work: dict[str, RunWork]  # every run listed, with what the lake lacks of it (perhaps nothing)
+    quiet: list[str]  # runs settled from their folder stamps, not listed
+    gone: list[str]  # runs the lake holds whose folders are in no release
+
+    @property
+    def stale(self) -> list[str]:
+        """The run ids whose lake partitions are out of date: something to parse, drop or inventory, or gone."""
+        return sorted([run_id for run_id, work in self.work.items() if work.pending] + self.gone)
+
+
+def select_runs(runs: Iterable[RunFolder], lake: Path, max_file_bytes: int, full_scan: bool = False,
+                must_list: Collection[str] = ()) -> RunSelection:
+    """Compares every run folder with the lake's manifests: the one decision of which run partitions have work,
+    for a build and for the release sensor alike. Parses nothing. A run unchanged_by_stamps settles is not listed,
+    unless full_scan or its id is in must_list; a listed run with nothing to do has its stamps brought up to date."""
     lake = Path(lake)
-    present = {run.run_id for run in runs}
-    stale = [run.run_id for run in runs
-             if (full_scan or unchanged_by_stamps(run, lake) is None)
-             and ingest_run(list_run(run), lake, max_file_bytes, only_if_unchanged=True) is None]
-    gone = [path.stem for path in (lake / "manifests").glob("*.json") if path.stem not in present]
-    return sorted(stale + gone)
+    work: dict[str, RunWork] = {}
+    quiet: list[str] = []
+    for run in runs:
+        if not full_scan and run.run_id not in must_list and unchanged_by_stamps(run, lake) is not None:
+            quiet.append(run.run_id)
+            continue
+        listing = list_run(run)
+        (lake / ".locks").mkdir(parents=True, exist_ok=True)
+        with FileLock(lake / ".locks" / f"{run.run_id}.lock"):
+            previous = read_manifest(lake, run.run_id)
+            work[run.run_id] = _compare(listing, lake, max_file_bytes, previous)
+            if not work[run.run_id].pending:
+                _settle_unchanged(listing, lake, previous)
+    present = set(work) | set(quiet)
+    gone = sorted(path.stem for path in (lake / "manifests").glob("*.json") if path.stem not in present)
+    return RunSelection(work, sorted(quiet), gone)

@@ -9,7 +9,7 @@ import pytest
 import pipelines.cli
 from conftest import epoch_document
 from pipelines.cli import _partition_blocks
-from pipelines.lake import ingest_runs, runs_needing_ingest
+from pipelines.lake import ingest_runs, select_runs
 from pipelines.release.discover import find_run_folders
 
 LAKE_TABLES = ("epochs", "trajectories", "errors", "files")
@@ -54,19 +54,31 @@ def test_partition_blocks_group_consecutive_selected_keys_and_bridge_short_gaps(
     assert _partition_blocks(keys, {"g", "a"}, 6) == [["a", "b", "c", "d", "e", "f", "g"]]
 
 
-def test_runs_needing_ingest_names_new_changed_and_gone_runs(tmp_path, write_epoch):
+def test_select_runs_names_new_changed_and_gone_runs(tmp_path, write_epoch):
     release, lake = tmp_path / "release", tmp_path / "lake"
     three_runs(release, write_epoch)
     runs, _, _ = find_run_folders([release])
     ingest_runs(list(runs.values()), lake, 10**6, workers=1)
-    assert runs_needing_ingest(list(runs.values()), lake, 10**6) == []
+    assert select_runs(list(runs.values()), lake, 10**6).stale == []
 
     write_epoch(release / "run_b", 2)  # a new file
     write_epoch(release / "run_d", 0)  # a run new to the lake
     (release / "run_a" / "notes.txt").write_text("not an epoch file")  # inventoried: the run's files table changes
     shutil.rmtree(release / "run_c")  # gone, its manifest still in the lake
     runs, _, _ = find_run_folders([release])
-    assert runs_needing_ingest(list(runs.values()), lake, 10**6) == ["run_a", "run_b", "run_c", "run_d"]
+    selection = select_runs(list(runs.values()), lake, 10**6)
+    assert selection.stale == ["run_a", "run_b", "run_c", "run_d"]
+    # What each run lacks, as the release sensor reads it: the files to parse or drop, an inventory to redo.
+    work = selection.work
+    assert [f.source_path for f in work["run_b"].changed] == ["run_b/epoch_002_results.json"]
+    assert (work["run_b"].removed, work["run_b"].inventory_changed) == ([], False)
+    assert (work["run_a"].changed, work["run_a"].removed, work["run_a"].inventory_changed) == ([], [], True)
+    assert [f.source_path for f in work["run_d"].changed] == ["run_d/epoch_000_results.json"]
+    assert selection.gone == ["run_c"] and "run_c" not in work
+
+    (release / "run_b" / "epoch_001_results.json").unlink()
+    runs, _, _ = find_run_folders([release])
+    assert select_runs(list(runs.values()), lake, 10**6).work["run_b"].removed == ["run_b/epoch_001_results.json"]
 
 
 def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(

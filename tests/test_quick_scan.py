@@ -12,7 +12,7 @@ import pytest
 
 import pipelines.lake
 from conftest import epoch_document
-from pipelines.lake import DEFAULT_QUIET_SECONDS, ENV_QUIET_SECONDS, ingest_runs, runs_needing_ingest, stamps_file
+from pipelines.lake import DEFAULT_QUIET_SECONDS, ENV_QUIET_SECONDS, ingest_runs, select_runs, stamps_file
 from pipelines.lake import unchanged_by_stamps
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
@@ -84,7 +84,7 @@ def test_a_quiet_unchanged_run_is_settled_without_listing_it(quiet_release, list
     # What the manifest says of the lake: 3 epochs of 4 trajectories each, per run.
     assert {k: (r.changed, r.files_parsed, r.epochs, r.trajectories) for k, r in results.items()} == {
         "run_a": (False, 0, 3, 12), "run_b": (False, 0, 3, 12)}
-    assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
+    assert select_runs(runs_of(release), lake, 10**6).stale == []
     assert listed == []
 
 
@@ -114,7 +114,7 @@ def test_every_change_to_a_folder_is_found(quiet_release, write_epoch, listed, c
         os.rename(release / "run_a", release.parent / "old")
         os.rename(copy, release / "run_a")
 
-    assert runs_needing_ingest(runs_of(release), lake, 10**6) == [run]
+    assert select_runs(runs_of(release), lake, 10**6).stale == [run]
     assert sorted(listed) == [run]  # the other run was settled from its stamps
     expected_epochs = {"new file": 4, "new folder-layout epoch": 4, "file removed": 2, "file renamed": 2,
                        "file beside results.json": 3, "results.json removed": 2, "run folder replaced": 2}[change]
@@ -129,8 +129,11 @@ def test_a_file_rewritten_in_place_in_a_quiet_run_is_found_by_a_full_scan(quiet_
         handle.write(json.dumps(epoch_document(1, n=6)).encode())
 
     # The documented limit of the quick look: nothing in run_a's folder changed.
-    assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
-    assert runs_needing_ingest(runs_of(release), lake, 10**6, full_scan=True) == ["run_a"]
+    quick = select_runs(runs_of(release), lake, 10**6)
+    assert quick.stale == [] and "run_a" in quick.quiet and "run_a" not in quick.work
+    assert select_runs(runs_of(release), lake, 10**6, full_scan=True).stale == ["run_a"]
+    # A run named in must_list (the sensor's runs with files still settling) is listed even when quiet.
+    assert select_runs(runs_of(release), lake, 10**6, must_list={"run_a"}).stale == ["run_a"]
     results = ingest(release, lake, full_scan=True)
     assert (results["run_a"].files_parsed, results["run_a"].trajectories) == (1, 4 + 6 + 4)
 
@@ -155,7 +158,7 @@ def test_a_busy_run_is_listed_every_time_and_becomes_quiet_an_hour_after_its_las
     listing_time = time.time_ns() + HOURS
     with monkeypatch.context() as later:
         later.setattr(discover.time, "time_ns", lambda: listing_time)
-        assert runs_needing_ingest(runs_of(release), lake, 10**6) == []
+        assert select_runs(runs_of(release), lake, 10**6).stale == []
     record = stamps(lake, "run_a")
     assert record["listed_at_ns"] == listing_time
     assert record["changed_at_ns"] == max(os.stat(p).st_ctime_ns for p in [*files, release / "run_a"])
@@ -213,7 +216,7 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
     # The epochs partition holds the new epoch 1 already, the manifest the old one: the run's folder has not
     # changed, but its stamps were dropped before the rewrite began, so it is listed and finished.
     assert stamps(lake, "run_a") is None
-    assert runs_needing_ingest(runs_of(release), lake, 10**6) == ["run_a"]
+    assert select_runs(runs_of(release), lake, 10**6).stale == ["run_a"]
     assert ingest(release, lake)["run_a"].trajectories == 4 + 6 + 4
 
 
@@ -233,6 +236,6 @@ def test_a_run_whose_folder_is_gone_is_named_and_leaves_no_stamps(quiet_release)
     for path in (release / "run_a").iterdir():
         path.unlink()
     (release / "run_a").rmdir()
-    assert runs_needing_ingest(runs_of(release), lake, 10**6) == ["run_a"]
+    assert select_runs(runs_of(release), lake, 10**6).stale == ["run_a"]
     pipelines.lake.remove_run(lake, "run_a")
     assert stamps(lake, "run_a") is None and stamps(lake, "run_b") is not None
