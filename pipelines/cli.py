@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.defs.resources import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
 from pipelines.release.discover import LAYOUTS
+from pipelines.settings import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS, published_path
 
 
 class CommandError(Exception):
@@ -246,8 +246,6 @@ def _asset_keys(definitions, partitioned: bool) -> list:
 def print_summary(warehouse: Path, seconds: float) -> None:
     import duckdb
 
-    from pipelines.warehouse_db import published_path
-
     path = published_path(warehouse)
     with duckdb.connect(str(path), read_only=True) as con:
         def count(sql: str) -> int:
@@ -289,8 +287,6 @@ def run_sql(args) -> int:
     import shutil
 
     import duckdb
-
-    from pipelines.warehouse_db import published_path
 
     path = published_path(Path(args.warehouse))
     if not path.exists():

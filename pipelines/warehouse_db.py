@@ -18,8 +18,8 @@ from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
+from pipelines.settings import published_path
 
-PUBLISHED_NAME = "warehouse.duckdb"
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
 DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
 ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
@@ -48,10 +48,6 @@ def lake_dir(warehouse: Path) -> Path:
 
 def build_dir(warehouse: Path) -> Path:
     return Path(warehouse) / ".build"
-
-
-def published_path(warehouse: Path) -> Path:
-    return Path(warehouse) / PUBLISHED_NAME
 
 
 def _empty_select(schema: dict) -> str:

@@ -3,6 +3,8 @@
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import duckdb
 import pytest
@@ -40,3 +42,16 @@ def test_missing_warehouse_and_bad_sql_exit_2_with_one_line(tmp_path, warehouse,
     assert main(["sql", "select * from no_such_table", "--warehouse", str(warehouse)]) == 2
     err = capsys.readouterr().err.strip()
     assert "no_such_table" in err and "\n" not in err
+
+
+def test_a_query_loads_neither_dagster_nor_polars(warehouse):
+    """The query path starts in a fraction of a second because it imports only DuckDB: the table format needs
+    nothing else (csv and json go through polars, and load it then)."""
+    script = (
+        "import sys\n"
+        "from pipelines.cli import main\n"
+        f"assert main(['sql', 'select count(*) from runs', '--warehouse', {str(warehouse)!r}]) == 0\n"
+        "print(sorted(m for m in ('dagster', 'polars', 'matplotlib', 'pipelines.warehouse_db') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

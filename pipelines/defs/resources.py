@@ -7,15 +7,11 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.release.sample import ensure_sample
+from pipelines.settings import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
 from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, ENV_MEMORY_LIMIT
 
-ENV_RELEASES = "GRPO_RELEASES"
-ENV_WAREHOUSE = "GRPO_WAREHOUSE_DIR"
-ENV_REGISTRY = "GRPO_REGISTRY"
-ENV_WORKERS = "GRPO_WORKERS"
 ENV_SENSOR_INTERVAL = "GRPO_SENSOR_INTERVAL"
 ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
-DEFAULT_WAREHOUSE = "warehouse"
 
 
 class WarehouseConfig(dg.ConfigurableResource):
