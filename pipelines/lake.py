@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -26,7 +28,7 @@ from pipelines.release.flatten import (
     python_values, typed_series,
 )
 
-LAKE_FORMAT = 2  # 2: the manifest records which extra columns hold JSON text
+LAKE_FORMAT = 3  # 2: the manifest records which extra columns hold JSON text; 3: files named by run_key
 # A run last written to (the latest ctime of its epoch files and folders) this long before it was listed is quiet:
 # its writer is done with it. A quiet run with no quarantined file and no problem entry is not listed again while its
 # folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. GRPO_QUIET_SECONDS
@@ -60,17 +62,98 @@ def quiet_seconds() -> int:
     return int(os.environ.get(ENV_QUIET_SECONDS) or DEFAULT_QUIET_SECONDS)
 
 
+_NOT_IN_KEY = re.compile(r"[^a-z0-9_]+")
+RUN_IDS = "run_ids"  # lake/run_ids/<key>: the exact run id of the files named <key>
+
+
+def run_key(run_id: str) -> str:
+    """The lake's name for a run's files and folders: a lowercase slug of the run id, for people, and a digest of
+    the exact id, for uniqueness.
+
+    A run id is any name a folder can have: glob characters, `=` (a hive partition to DuckDB and polars), more
+    bytes than a file name may hold, or a difference in case only (one name on a case-insensitive disk). None of
+    it reaches a path the lake writes or a reader lists: the key holds [a-z0-9_-] only and is at most 65 long.
+    """
+    slug = _NOT_IN_KEY.sub("_", run_id.lower()).strip("_")[:48]
+    return f"{slug or 'run'}-{hashlib.sha256(run_id.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
+
+
 def partition_file(lake: Path, table: str, run_id: str) -> Path:
-    return lake / table / f"run_id={run_id}" / "data.parquet"
+    return Path(lake) / table / run_key(run_id) / "data.parquet"
 
 
 def manifest_file(lake: Path, run_id: str) -> Path:
-    return lake / "manifests" / f"{run_id}.json"
+    return Path(lake) / "manifests" / f"{run_key(run_id)}.json"
 
 
 def stamps_file(lake: Path, run_id: str) -> Path:
     """A quiet run's folder stamps (see unchanged_by_stamps): a file of its own, a fraction of the manifest's size."""
-    return lake / "stamps" / f"{run_id}.json"
+    return Path(lake) / "stamps" / f"{run_key(run_id)}.json"
+
+
+def _run_id_file(lake: Path, run_id: str) -> Path:
+    return Path(lake) / RUN_IDS / run_key(run_id)
+
+
+_RUN_IDS_SEEN: dict[str, tuple[tuple[int, int], dict[str, str]]] = {}
+
+
+def lake_runs(lake: Path) -> dict[str, str]:
+    """Every run the lake holds files of: run id -> its key (run_key), in run id order.
+
+    Read from lake/run_ids, one small file per run written before the run's first partition and removed after its
+    last. A key's run id never changes, so the mapping is read again only when the folder's entries change.
+    """
+    folder = Path(lake) / RUN_IDS
+    try:
+        st = folder.stat()
+    except FileNotFoundError:
+        return {}
+    stamp = (st.st_ino, st.st_mtime_ns)
+    cached = _RUN_IDS_SEEN.get(str(folder))
+    if cached is not None and cached[0] == stamp:
+        return dict(cached[1])
+    runs = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if not entry.name.startswith("."):
+                try:
+                    runs[Path(entry.path).read_bytes().decode("utf-8", "surrogateescape")] = entry.name
+                except FileNotFoundError:  # removed since the listing
+                    continue
+    runs = dict(sorted(runs.items()))
+    if time.time_ns() - st.st_mtime_ns > 10**9:  # a folder changed within the clock's tick may change again unseen
+        _RUN_IDS_SEEN[str(folder)] = (stamp, runs)
+    return dict(runs)
+
+
+def lake_files(lake: Path, table: str) -> list[Path]:
+    """The Parquet files of one per-run lake table (RUN_TABLES), one per run that has one, in run id order: a list
+    of the lake's own paths, never a pattern."""
+    files = (Path(lake) / table / key / "data.parquet" for key in lake_runs(lake).values())
+    return [path for path in files if path.exists()]
+
+
+def run_lock(lake: Path, run_id: str) -> FileLock:
+    """The lock a run's lake files are written under: two ingests of one run take turns, of two runs run at once."""
+    (Path(lake) / ".locks").mkdir(parents=True, exist_ok=True)
+    return FileLock(Path(lake) / ".locks" / f"{run_key(run_id)}.lock")
+
+
+def register_run(lake: Path, run_id: str) -> None:
+    """Records the run id behind its key, before any file of the run is written under that key."""
+    path = _run_id_file(lake, run_id)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(run_id.encode("utf-8", "surrogateescape"))
+        os.replace(tmp, path)
+
+
+def read_parquet(path: Path) -> pl.DataFrame:
+    """A Parquet file read by its exact path: polars otherwise takes `*`, `?` and `[` in a path as a pattern, and
+    `key=value` folders as columns."""
+    return pl.read_parquet(path, glob=False, hive_partitioning=False)
 
 
 def write_atomically(frame: pl.DataFrame, path: Path) -> None:
@@ -124,7 +207,7 @@ def read_manifest(lake: Path, run_id: str) -> dict:
 
 def _read_partition(lake: Path, table: str, run_id: str) -> pl.DataFrame | None:
     path = partition_file(lake, table, run_id)
-    return pl.read_parquet(path) if path.exists() else None
+    return read_parquet(path) if path.exists() else None
 
 
 def _keep_rows(frame: pl.DataFrame | None, drop_paths: set[str]) -> pl.DataFrame | None:
@@ -424,8 +507,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
     started = time.perf_counter()
     run_id = listing.run.run_id
     lake = Path(lake)
-    (lake / ".locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(lake / ".locks" / f"{run_id}.lock"):
+    with run_lock(lake, run_id):
         previous = read_manifest(lake, run_id)
         work = _compare(listing, lake, max_file_bytes, previous)
         if not work.pending:
@@ -439,6 +521,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         changed, removed = work.changed, set(work.removed)
         # Not to be settled by its stamps until this rewrite is done: a crash midway must not be hidden.
         _write_stamps(lake, run_id, None)
+        register_run(lake, run_id)
         skipped = [dict(s) for s in skipped]
         known = {k: _Outcome(**v) for k, v in files.items()}
 
@@ -661,7 +744,9 @@ def _result(run_id, changed, parsed, quarantined: int, lake: Path, started: floa
 
 
 def _count_rows(path: Path) -> int:
-    return pl.scan_parquet(path).select(pl.len()).collect().item() if path.exists() else 0
+    if not path.exists():
+        return 0
+    return pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item()
 
 
 def remove_run(lake: Path, run_id: str) -> None:
@@ -669,7 +754,17 @@ def remove_run(lake: Path, run_id: str) -> None:
     stamps_file(lake, run_id).unlink(missing_ok=True)
     for table in RUN_TABLES:
         partition_file(lake, table, run_id).unlink(missing_ok=True)
+        try:
+            partition_file(lake, table, run_id).parent.rmdir()
+        except OSError:
+            pass  # not there, or not empty (a temporary file of a write under way)
     manifest_file(lake, run_id).unlink(missing_ok=True)
+    _run_id_file(lake, run_id).unlink(missing_ok=True)
+
+
+def gone_runs(lake: Path, present) -> list[str]:
+    """The runs the lake holds that are not among the present run ids."""
+    return sorted(run_id for run_id in lake_runs(lake) if run_id not in present)
 
 
 def ingest_run_folder(run: RunFolder, lake: Path, max_file_bytes: int) -> RunIngestResult:
@@ -781,12 +876,10 @@ def select_runs(runs: Iterable[RunFolder], lake: Path, max_file_bytes: int, full
             quiet.append(run.run_id)
             continue
         listing = list_run(run)
-        (lake / ".locks").mkdir(parents=True, exist_ok=True)
-        with FileLock(lake / ".locks" / f"{run.run_id}.lock"):
+        with run_lock(lake, run.run_id):
             previous = read_manifest(lake, run.run_id)
             work[run.run_id] = _compare(listing, lake, max_file_bytes, previous)
             if not work[run.run_id].pending:
                 _settle_unchanged(listing, lake, previous)
     present = set(work) | set(quiet)
-    gone = sorted(path.stem for path in (lake / "manifests").glob("*.json") if path.stem not in present)
-    return RunSelection(work, sorted(quiet), gone)
+    return RunSelection(work, sorted(quiet), gone_runs(lake, present))

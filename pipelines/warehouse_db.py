@@ -14,7 +14,7 @@ import duckdb
 import polars as pl
 from filelock import FileLock, Timeout
 
-from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES
+from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
@@ -23,19 +23,21 @@ from pipelines.settings import published_path
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
 DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
 ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
-# Each lake view: the Parquet files it reads, and the columns it has when there are none yet.
+# Each lake view: the columns it has when there is no file yet. A per-run table (RUN_TABLES) reads one file per run
+# (lake.lake_files); any other, the one file lake/<view>.parquet.
 LAKE_VIEWS = {
-    "epochs": ("epochs/*/data.parquet", EPOCH_COLUMNS),
-    "trajectories": ("trajectories/*/data.parquet", TRAJECTORY_COLUMNS),
-    "errors": ("errors/*/data.parquet", ERROR_COLUMNS),
-    "files": ("files/*/data.parquet", FILE_COLUMNS),
-    "runs": ("runs.parquet", RUN_COLUMNS),
-    "release_errors": ("release_errors.parquet", ERROR_COLUMNS),
-    "release_files": ("release_files.parquet", FILE_COLUMNS),
+    "epochs": EPOCH_COLUMNS,
+    "trajectories": TRAJECTORY_COLUMNS,
+    "errors": ERROR_COLUMNS,
+    "files": FILE_COLUMNS,
+    "runs": RUN_COLUMNS,
+    "release_errors": ERROR_COLUMNS,
+    "release_files": FILE_COLUMNS,
 }
 
 
-VIEWS_FORMAT = 1  # how create_lake_views writes a view's SQL: a change to it must remake views kept by older builds
+VIEWS_FORMAT = 2  # how create_lake_views writes a view's SQL: a change to it must remake views kept by older builds
+_GLOB_CHARACTERS = frozenset("*?[")
 
 
 class WarehouseBusy(Exception):
@@ -58,6 +60,34 @@ def _empty_select(schema: dict) -> str:
     return "select " + ", ".join(f"cast(null as {t}) as {name}" for name, t in types.items()) + " limit 0"
 
 
+def view_files(lake: Path, view: str) -> list[Path]:
+    """The Parquet files a lake view reads, by their exact paths."""
+    if view in RUN_TABLES:
+        return lake_files(lake, view)
+    path = Path(lake) / f"{view}.parquet"
+    return [path] if path.is_file() else []
+
+
+def duckdb_path(path: Path) -> str:
+    """A path as DuckDB reads it literally: DuckDB expands `*`, `?` and `[` in any path it is given, so each is
+    written as a one-character class (`[*]`). A path that also holds a backslash cannot be written so (DuckDB
+    splits at it), and is refused when the warehouse is configured (readable_by_duckdb)."""
+    text = str(path)
+    return "".join(f"[{c}]" if c in _GLOB_CHARACTERS else c for c in text)
+
+
+def readable_by_duckdb(path: Path) -> bool:
+    """Whether DuckDB can be given files under this folder by their exact paths (duckdb_path)."""
+    text = str(path)
+    return "\\" not in text or not _GLOB_CHARACTERS.intersection(text)
+
+
+def parquet_source(files: list[Path]) -> str:
+    """read_parquet over exactly these files: no pattern, and no column taken from a `key=value` folder above them."""
+    listing = ", ".join(sql_string(duckdb_path(f)) for f in files)
+    return f"read_parquet([{listing}], hive_partitioning = false, union_by_name = true)"
+
+
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     """(Re)defines the lake.* views over the Parquet lake; a table with no file yet is an empty view.
 
@@ -70,14 +100,13 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     present = {name for (name,) in con.execute(
         "select view_name from duckdb_views() where schema_name = 'lake' and database_name = current_database()"
     ).fetchall()}
-    for view, (pattern, schema) in LAKE_VIEWS.items():
+    for view, schema in LAKE_VIEWS.items():
         fingerprint = f"{VIEWS_FORMAT}:{Path(lake).resolve()}:{lake_fingerprint(lake, [view])}"
         if made.get(view) == fingerprint and view in present:
             continue
-        files = sorted(Path(lake).glob(pattern))
+        files = view_files(lake, view)
         if files:
-            listing = ", ".join(sql_string(str(f)) for f in files)
-            source = f"read_parquet([{listing}], union_by_name = true)"
+            source = parquet_source(files)
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
             # which runs the lake holds.
             names = [name for name, *_ in con.execute(f"describe select * from {source}").fetchall()]
@@ -91,10 +120,10 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
 def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
     """Changes whenever a lake file of the given tables (default: all) is rewritten; cheap, from file metadata only."""
     digest = hashlib.sha256()
-    for view, (pattern, _) in sorted(LAKE_VIEWS.items()):
+    for view in sorted(LAKE_VIEWS):
         if tables is not None and view not in tables:
             continue
-        for path in sorted(Path(lake).glob(pattern)):
+        for path in view_files(lake, view):
             st = path.stat()
             digest.update(f"{path.relative_to(lake)}:{st.st_size}:{st.st_mtime_ns};".encode())
     return digest.hexdigest()[:16]
@@ -161,11 +190,14 @@ def lake_run_stamps(lake: Path, tables: Iterable[str]) -> dict[str, str]:
     """A stamp per run of the given per-run lake tables (of RUN_TABLES), from their partitions' size and mtime: it
     changes whenever a partition of the run is rewritten. Runs with no partition in any of the tables are absent."""
     stamps: dict[str, list[str]] = {}
+    runs = lake_runs(lake)
     for table in sorted(tables):
-        for path in Path(lake, table).glob("run_id=*/data.parquet"):
-            st = path.stat()
-            stamps.setdefault(path.parent.name.removeprefix("run_id="), []).append(
-                f"{table}:{st.st_size}:{st.st_mtime_ns}")
+        for run_id, key in runs.items():
+            try:
+                st = os.stat(Path(lake, table, key, "data.parquet"))
+            except FileNotFoundError:
+                continue
+            stamps.setdefault(run_id, []).append(f"{table}:{st.st_size}:{st.st_mtime_ns}")
     return {run: ";".join(parts) for run, parts in stamps.items()}
 
 

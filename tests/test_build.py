@@ -5,6 +5,7 @@ import json
 import pytest
 
 from conftest import epoch_document
+from pipelines.lake import RUN_TABLES, lake_files
 from pipelines.release.sample import write_sample
 
 
@@ -85,11 +86,11 @@ def test_second_build_with_no_change_parses_nothing(sample_warehouse, query):
 
     releases, wh = sample_warehouse
     # The run partitions; the release-level tables (lake/*.parquet) are rewritten by the release scan.
-    lake_files = sorted((wh / "lake").glob("*/run_id=*/data.parquet"))
-    assert len(lake_files) == 5 * 4
-    before = {p: p.stat().st_mtime_ns for p in lake_files}
+    partitions = sorted(path for table in RUN_TABLES for path in lake_files(wh / "lake", table))
+    assert len(partitions) == 5 * 4
+    before = {p: p.stat().st_mtime_ns for p in partitions}
     argv = ["build", "--warehouse", str(wh), "--workers", "1"]
     for release in releases:
         argv += ["--release", str(release)]
     assert main(argv) == 0
-    assert {p: p.stat().st_mtime_ns for p in lake_files} == before
+    assert {p: p.stat().st_mtime_ns for p in partitions} == before

@@ -62,7 +62,7 @@ def assert_manifests_match_the_lake(lake: Path) -> None:
     for manifest_path in (lake / "manifests").glob("*.json"):
         manifest = json.loads(manifest_path.read_text())
         loaded = {p for p, o in manifest["files"].items() if o["status"].startswith("loaded")}
-        run_id = manifest_path.stem
+        run_id = manifest["run_id"]
         in_lake = set(pl.read_parquet(partition_file(lake, "epochs", run_id))["source_path"]) if loaded else set()
         assert loaded <= in_lake, run_id
 

@@ -4,7 +4,7 @@ hold them in; made again only when the lake's files change."""
 import duckdb
 import polars as pl
 
-from pipelines.lake import partition_file
+from pipelines.lake import partition_file, register_run
 from pipelines.warehouse_db import LAKE_VIEWS, create_lake_views
 
 
@@ -22,6 +22,7 @@ class Recording:
 
 def write_trajectories(lake, run_id: str, **extras) -> None:
     """A run's trajectories partition of one row, its extra columns in the order given."""
+    register_run(lake, run_id)
     path = partition_file(lake, "trajectories", run_id)
     path.parent.mkdir(parents=True)
     pl.DataFrame({"run_id": [run_id], "epoch": [0], "source_path": [f"{run_id}/epoch_000_results.json"],

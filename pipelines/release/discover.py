@@ -125,6 +125,12 @@ def _relative(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
+def shown(name: str) -> str:
+    """A name as text: bytes that are not UTF-8 (kept by Python as lone surrogates, which no table can hold) as
+    `\\xNN` escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _link_problem(path: Path, root: Path) -> str | None:
     """Why a path may not be followed (a link out of the root, a broken link, a loop), or None when it may."""
     try:
@@ -158,13 +164,16 @@ def list_run_folders(release_root: Path) -> tuple[list[RunFolder], list[SkippedE
             path = Path(entry.path)
             rel = _relative(path, release_root)
             if entry.name.startswith("."):
-                skipped.append(SkippedEntry(None, rel, "hidden entry", False))
+                skipped.append(SkippedEntry(None, shown(rel), "hidden entry", False))
+            elif shown(entry.name) != entry.name:
+                skipped.append(SkippedEntry(None, shown(rel), "a run folder whose name is not UTF-8 text, which a run "
+                                            "id must be; not loaded (renamed, it is)", True, "bad_name"))
             elif entry.is_symlink() and (problem := _link_problem(path, release_root)):
-                skipped.append(SkippedEntry(None, rel, problem, True, "outside_link"))
+                skipped.append(SkippedEntry(None, shown(rel), problem, True, "outside_link"))
             elif entry.is_dir():
                 runs.append(RunFolder(entry.name, release_root.name, release_root, path))
             else:
-                skipped.append(SkippedEntry(None, rel, "not a run folder", False))
+                skipped.append(SkippedEntry(None, shown(rel), "not a run folder", False))
     return runs, skipped
 
 
@@ -183,7 +192,8 @@ def list_run(run: RunFolder) -> RunListing:
 
     def skip(source_path: str, reason: str, error_kind: str | None = None, severity: str = "error",
              epoch: int | None = None) -> None:
-        skipped.append(SkippedEntry(run_id, source_path, reason, error_kind is not None, error_kind, severity, epoch))
+        skipped.append(SkippedEntry(run_id, shown(source_path), reason, error_kind is not None, error_kind, severity,
+                                    epoch))
 
     listed_at_ns = time.time_ns()
     folders: dict[str, FolderStamp] | None = None
@@ -198,6 +208,9 @@ def list_run(run: RunFolder) -> RunListing:
 
     def add_epoch(entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
         nonlocal changed_at_ns
+        if shown(source_path) != source_path:
+            skip(source_path, "a document whose name is not UTF-8 text; not loaded (renamed, it is)", "bad_name")
+            return
         try:
             st = entry.stat()  # follows a link (already checked to stay inside the root), as Path.stat does
         except OSError as exc:

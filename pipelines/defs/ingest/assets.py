@@ -9,7 +9,9 @@ import polars as pl
 
 from pipelines.defs.ingest.partitions import run_partitions
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, ingest_runs, partition_file, remove_run, write_atomically
+from pipelines.lake import (
+    ERROR_COLUMNS, FILE_COLUMNS, gone_runs, ingest_runs, partition_file, read_parquet, remove_run, write_atomically,
+)
 from pipelines.release.discover import find_run_folders
 from pipelines.release.registry import build_dim_runs
 from pipelines.warehouse_db import lake_dir
@@ -57,14 +59,13 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         schema=FILE_COLUMNS,
     )
     # A run whose folder is gone leaves the lake, and so the warehouse.
-    for manifest in (lake / "manifests").glob("*.json"):
-        if manifest.stem not in runs:
-            context.log.info(f"run {manifest.stem} no longer exists in any release; removing it from the lake")
-            remove_run(lake, manifest.stem)
+    for run_id in gone_runs(lake, runs):
+        context.log.info(f"run {run_id} no longer exists in any release; removing it from the lake")
+        remove_run(lake, run_id)
     for name, frame in (("runs", dim), ("release_files", files), ("release_errors", errors)):
         path = lake / f"{name}.parquet"
         # Rewriting an unchanged file would change its mtime, and so make every model downstream rebuild.
-        if not (path.exists() and pl.read_parquet(path).equals(frame)):
+        if not (path.exists() and read_parquet(path).equals(frame)):
             write_atomically(frame, path)
         yield dg.MaterializeResult(
             asset_key=["lake", name],
@@ -128,5 +129,5 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         sample = next((partition_file(lake, name, r.run_id) for r in results
                        if partition_file(lake, name, r.run_id).exists()), None)
         if sample is not None:
-            metadata["dagster/column_schema"] = column_schema(pl.scan_parquet(sample).collect_schema())
+            metadata["dagster/column_schema"] = column_schema(pl.scan_parquet(sample, glob=False, hive_partitioning=False).collect_schema())
         yield dg.MaterializeResult(asset_key=["lake", name], metadata=metadata)

@@ -22,11 +22,13 @@ from pipelines.warehouse_db import (
     lake_fingerprint,
     model_fingerprint,
     open_build_db,
+    parquet_source,
     publish_if_changed,
     published_path,
     record_inputs,
     record_model,
     recorded_inputs,
+    view_files,
 )
 
 DUCKDB_POOL = "duckdb_writer"
@@ -72,10 +74,9 @@ def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, 
     for table in model.lake_deps:
         if table in RUN_TABLES:
             continue
-        pattern, schema = LAKE_VIEWS[table]
-        path = Path(lake, pattern)
-        if key in schema and path.is_file():  # read from the file: redefining the lake views would write the database
-            digests, keyless = key_digests(con, f"read_parquet({sql_string(str(path))})", key)
+        files = view_files(lake, table)
+        if key in LAKE_VIEWS[table] and files:  # read from the file: redefining the lake views would write the database
+            digests, keyless = key_digests(con, parquet_source(files), key)
             whole.append(keyless)
             per_key.append(digests)
         else:
