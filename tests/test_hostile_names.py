@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import epoch_document, write_epoch_file
-from pipelines.lake import ingest_runs, lake_runs, remove_run, run_key, runs_needing_ingest
+from pipelines.lake import ingest_runs, lake_runs, remove_run, run_key, select_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import create_lake_views, duckdb_path, readable_by_duckdb
 
@@ -71,7 +71,7 @@ def test_per_run_rows_equal_the_files_whatever_the_names(tmp_path_factory, runs,
     expected = {name: (len(sizes), sum(sizes)) for name, sizes in runs.items()}
     assert _lake_counts(lake) == expected
     assert set(lake_runs(lake)) == set(runs)
-    assert runs_needing_ingest(list(folders.values()), lake, 1 << 20) == []
+    assert select_runs(folders.values(), lake, 1 << 20).stale == []
 
     # A new epoch file for one run: its stored rows are read back (by their exact path) and merged with the new ones.
     grown = sorted(runs)[-1]

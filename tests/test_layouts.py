@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from conftest import epoch_document
-from pipelines.lake import ingest_run
+from pipelines.lake import ingest_run, partition_file
 from pipelines.release.discover import LAYOUTS, RunFolder, list_run
 from pipelines.release.sample import write_epoch_in_layout
 
@@ -93,7 +93,7 @@ def _ingest(root, lake, run="run", max_file_bytes=10**7):
 
 
 def _rows(lake, table: str, run="run") -> list[dict]:
-    return pl.read_parquet(lake / table / f"run_id={run}" / "data.parquet").rows(named=True)
+    return pl.read_parquet(partition_file(lake, table, run)).rows(named=True)
 
 
 def test_an_unknown_json_that_is_no_document_is_reported_once_and_other_epochs_load(tmp_path):
