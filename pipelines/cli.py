@@ -264,6 +264,8 @@ def print_summary(warehouse: Path, seconds: float) -> None:
     print(f"  Parquet lake: {warehouse / 'lake'}")
     if (warehouse / "exports").is_dir():
         print(f"  exports: {warehouse / 'exports'}")
+    if (warehouse / "exports" / "explorer" / "index.html").is_file():
+        print(f"  run explorer: {warehouse / 'exports' / 'explorer' / 'index.html'} (open it in a browser)")
     print('  try: grpo-warehouse sql "select * from run_summary"')
 
 

@@ -1,1 +1,2 @@
-"""Exports: the ablation figures, CSV/Parquet copies of the result tables and report.md, under <warehouse>/exports."""
+"""Exports: the ablation figures, CSV/Parquet copies of the result tables, report.md and the run explorer, under
+<warehouse>/exports."""

@@ -1,4 +1,5 @@
-"""The exports under <warehouse>/exports: ablation figures, CSV/Parquet copies of the result tables, report.md."""
+"""The exports under <warehouse>/exports: ablation figures, CSV/Parquet copies of the result tables, report.md, the
+run explorer."""
 
 import base64
 import dataclasses
@@ -13,7 +14,8 @@ import polars as pl
 
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports import figure as figure_module, files as files_module, report as report_module
-from pipelines.exports import state as state_module
+from pipelines.exports import explorer as explorer_module, state as state_module
+from pipelines.exports.explorer import ExplorerSettings, ExplorerTables, explorer_pages, library_versions
 from pipelines.exports.figure import Smoothing, ablation_figure, ablation_inputs, figure_files, render
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
@@ -36,17 +38,28 @@ from epoch_metrics as m
 left join fact_epochs as e using (run_id, epoch)
 order by m.run_id, m.epoch
 """
+EXPLORER_EPOCHS_SQL = """
+select m.run_id, m.epoch, m.mean_reward, m.frac_zero_std_groups, e.sample_entropy, e.train_entropy, e.snapshot_id
+from epoch_metrics as m
+left join fact_epochs as e using (run_id, epoch)
+order by m.run_id, m.epoch
+"""
 # The model tables each export reads: their _model_state fingerprints key the export.
 FIGURE_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary")
 REPORT_INPUTS = ("dim_runs", "run_summary", "ablation_contrasts", "snapshots")
+EXPLORER = "explorer"
+EXPLORER_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary", "ablation_contrasts", "snapshots",
+                   "reward_breakdowns")
 PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the event log
 
 
 def _code_version() -> str:
     """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
-    digest = hashlib.sha256(f"matplotlib {matplotlib.__version__} polars {pl.__version__}".encode())
-    for module in (figure_module, files_module, report_module, state_module, sys.modules[__name__]):
+    digest = hashlib.sha256(f"matplotlib {matplotlib.__version__} polars {pl.__version__} {library_versions()}".encode())
+    for module in (figure_module, files_module, report_module, state_module, explorer_module, sys.modules[__name__]):
         digest.update(Path(module.__file__).read_bytes())
+    for asset in sorted(explorer_module.ASSETS.iterdir()):
+        digest.update(asset.name.encode() + asset.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -242,3 +255,54 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
     record(folder, report.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
            [path.name], version.value, {"headline": headline})
     return dg.MaterializeResult(metadata=report_metadata(path, headline, rewritten), data_version=version)
+
+
+def explorer_metadata(folder: Path, pages: list[str], size: int, rewritten: int) -> dict:
+    index = folder / explorer_module.INDEX
+    return {
+        "open": dg.MetadataValue.url(index.as_uri()),
+        "path": dg.MetadataValue.path(str(index)),
+        "pages": dg.MetadataValue.json(sorted(pages)),
+        "bytes": size,
+        "grpo/rewritten": rewritten,
+    }
+
+
+@dg.asset(
+    deps=[dg.AssetKey(name) for name in EXPLORER_INPUTS],
+    group_name=GROUP,
+    kinds={"html", "vega"},
+)
+def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
+    """The run explorer: offline HTML pages to hover, smooth, hide and zoom the reward curves of each ablation."""
+    settings = ExplorerSettings(ema_weight=warehouse.ema_weight, final_window=warehouse.final_window,
+                                ci_level=warehouse.ci_level, breakdown_window=warehouse.breakdown_window,
+                                snapshot_model_prefix=warehouse.snapshot_model_prefix)
+    params = {"settings": dataclasses.asdict(settings)}
+    exports, folder = exports_dir(warehouse), exports_dir(warehouse) / EXPLORER
+    name = run_explorer.key.to_user_string()
+    entry = kept_entry(exports, name, inputs_fingerprint(warehouse, EXPLORER_INPUTS, params))
+    if entry:
+        meta = entry["metadata"]
+        return kept_result(context, entry, explorer_metadata(folder, meta["pages"], meta["bytes"], 0))
+    tables, inputs = read_tables(warehouse, {
+        "runs": RUNS_SQL,
+        "epochs": EXPLORER_EPOCHS_SQL,
+        "summary": "select * from run_summary order by run_id",
+        "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
+        "snapshots": "select * from snapshots order by run_id",
+        "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
+    }, EXPLORER_INPUTS)
+    pages = explorer_pages(ExplorerTables(**tables), settings)
+    written = [page for page, content in pages.items() if write_if_changed(folder / page, content)]
+    stale = [path for path in folder.rglob("*.html") if path.relative_to(folder).as_posix() not in pages]
+    for path in stale:
+        path.unlink()
+    size = sum(len(content) for content in pages.values())
+    context.log.info(f"{len(pages)} explorer page(s), {size / 1e6:.1f} MB, {len(written)} rewritten, "
+                     f"{len(stale)} stale removed: {folder / explorer_module.INDEX}")
+    version = content_version(pages)
+    record(exports, name, export_fingerprint(inputs, params, CODE_VERSION), [f"{EXPLORER}/{page}" for page in pages],
+           version.value, {"pages": sorted(pages), "bytes": size})
+    return dg.MaterializeResult(metadata=explorer_metadata(folder, list(pages), size, len(written)),
+                                data_version=version)

@@ -1,0 +1,188 @@
+"""The run explorer: self-contained HTML pages to hover, smooth, hide and zoom the runs of each ablation, offline.
+
+The pages are drawn by Vega-Lite in the browser. Its JavaScript (Vega, Vega-Lite and vega-embed, bundled by
+vl-convert) and the page's own script (`explorer_assets/explorer.js`) are inlined, with the data as JSON, so a
+page opens from file:// with no network and no server.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import html
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import polars as pl
+
+from pipelines.exports.figure import file_stem, run_colours
+from pipelines.exports.report import ordered_ablations
+
+ASSETS = Path(__file__).with_name("explorer_assets")
+INDEX = "index.html"
+ABLATION_FOLDER = "ablations"
+# Up to this many ablations share index.html; beyond it each has a page and index.html lists them.
+MAX_ABLATIONS_ON_INDEX = 4
+EPOCH_COLUMNS = ["epoch", "mean_reward", "frac_zero_std_groups", "sample_entropy", "train_entropy", "snapshot_id"]
+SUMMARY_COLUMNS = ["n_epochs", "first_epoch", "last_epoch", "missing_epochs", "final_reward", "peak_reward_ema",
+                   "peak_epoch", "matched_horizon", "matched_epoch", "matched_reward", "matched_ci_low",
+                   "matched_ci_high"]
+# ci_method, unit and resolved are shown when the warehouse's ablation_contrasts has them.
+CONTRAST_COLUMNS = ["run_a", "run_b", "delta", "ci_low", "ci_high", "ci_method", "unit", "resolved",
+                    "prob_improvement"]
+SNAPSHOT_COLUMNS = ["run_id", "role", "epoch", "snapshot_id", "model_name"]
+ROLE_ORDER = {"final": 0, "best": 1, "matched": 2}
+BREAKDOWN_COLUMNS = ["run_id", "breakdown", "level", "window_start", "window_end", "n_epochs", "n_trajectories",
+                     "mean_reward"]
+
+
+@dataclass(frozen=True)
+class ExplorerSettings:
+    """The metric parameters the pages quote and reproduce (they come from the warehouse configuration)."""
+
+    ema_weight: float = 0.9
+    final_window: int = 50
+    ci_level: float = 0.95
+    breakdown_window: int = 50
+    snapshot_model_prefix: str = ""
+
+
+@dataclass(frozen=True)
+class ExplorerTables:
+    """The warehouse tables a page is built from, as polars frames with the tables' columns.
+
+    epochs: epoch_metrics with fact_epochs' sample_entropy, train_entropy and snapshot_id.
+    """
+
+    runs: pl.DataFrame
+    epochs: pl.DataFrame
+    summary: pl.DataFrame
+    contrasts: pl.DataFrame
+    snapshots: pl.DataFrame
+    breakdowns: pl.DataFrame
+
+
+@functools.cache
+def vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script (vl-convert's bundle; the same bytes for one vl-convert)."""
+    import vl_convert
+
+    return vl_convert.javascript_bundle()
+
+
+def library_versions() -> str:
+    import vl_convert
+
+    return (f"vl-convert {vl_convert.__version__}, Vega {vl_convert.get_vega_version()}, "
+            f"Vega-Lite {vl_convert.get_vegalite_versions()[-1]}, vega-embed {vl_convert.get_vega_embed_version()}")
+
+
+def _json_ready(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """The columns of frame that it has, non-finite floats as null (JSON has no NaN), decimals as floats."""
+    present = [c for c in columns if c in frame.columns]
+    return frame.select([
+        pl.when(pl.col(c).cast(pl.Float64).is_finite()).then(pl.col(c).cast(pl.Float64)).alias(c)
+        if frame.schema[c].is_float() or frame.schema[c].is_decimal() else pl.col(c)
+        for c in present
+    ])
+
+
+def _of_runs(frame: pl.DataFrame, run_ids: list[str]) -> pl.DataFrame:
+    return frame.filter(pl.col("run_id").is_in(run_ids))
+
+
+def _run_entries(members: pl.DataFrame, summary: pl.DataFrame) -> list[dict]:
+    """Each run of an ablation: id, label, colour (the PNG figure's) and its run_summary numbers."""
+    run_ids = members["run_id"].to_list()
+    colours = run_colours(run_ids)
+    numbers = _json_ready(summary, ["run_id", *SUMMARY_COLUMNS])
+    by_run = {row["run_id"]: row for row in numbers.to_dicts()}
+    return [{"run_id": run, "label": label or run, "colour": colours[run],
+             **{k: v for k, v in by_run.get(run, {}).items() if k != "run_id"}}
+            for run, label in zip(run_ids, members["label"].to_list())]
+
+
+def _series(epochs: pl.DataFrame) -> dict[str, dict[str, list]]:
+    """Per run, its epochs in order as columns (epoch, mean_reward, ...): compact JSON, one list per column."""
+    columns = _json_ready(epochs.sort("run_id", "epoch"), ["run_id", *EPOCH_COLUMNS])
+    return {run: frame.drop("run_id").to_dict(as_series=False)
+            for (run,), frame in columns.partition_by("run_id", as_dict=True, maintain_order=True).items()}
+
+
+def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
+    """What one ablation's section of a page is drawn from: its runs, their epochs, contrasts, snapshots."""
+    members = tables.runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
+    run_ids = members["run_id"].to_list()
+    contrasts = tables.contrasts.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String)))
+    return {
+        "name": ablation,
+        "runs": _run_entries(members, _of_runs(tables.summary, run_ids)),
+        "series": _series(_of_runs(tables.epochs, run_ids)),
+        "contrasts": _json_ready(contrasts.sort("run_a", "run_b"), CONTRAST_COLUMNS).to_dicts(),
+        "snapshots": _json_ready(_of_runs(tables.snapshots, run_ids).sort(
+            "run_id", pl.col("role").replace_strict(ROLE_ORDER, default=len(ROLE_ORDER), return_dtype=pl.Int64),
+            "role"), SNAPSHOT_COLUMNS).to_dicts(),
+        "breakdowns": _json_ready(_of_runs(tables.breakdowns, run_ids).sort("run_id", "breakdown", "level",
+                                                                             "window_start"),
+                                  BREAKDOWN_COLUMNS).to_dicts(),
+    }
+
+
+def page_names(ablations: list[str | None]) -> dict[str | None, str]:
+    """Each ablation's page under ablations/, file-name safe and distinct (a short hash settles a clash of stems)."""
+    stems = [file_stem(a) for a in ablations]
+    names = {}
+    for ablation, stem in zip(ablations, stems):
+        if stems.count(stem) > 1:
+            stem += "-" + hashlib.sha256(repr(ablation).encode()).hexdigest()[:8]
+        names[ablation] = f"{ABLATION_FOLDER}/{stem}.html"
+    return names
+
+
+def _script_json(payload: dict) -> str:
+    """JSON safe inside a <script> element: no '<' can open a tag or close the element."""
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _asset(name: str) -> str:
+    return (ASSETS / name).read_text(encoding="utf-8")
+
+
+def render_page(title: str, payload: dict) -> bytes:
+    """A whole page: the bundled charting library, the explorer's style and script, the data; nothing fetched."""
+    library = vega_bundle().replace("</script", "<\\/script")
+    return (
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<title>{html.escape(title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
+        f"<script>\n{library}\n</script>\n</head>\n<body>\n"
+        "<div id=\"explorer\">Loading… (this page needs JavaScript)</div>\n"
+        f"<script type=\"application/json\" id=\"explorer-data\">{_script_json(payload)}</script>\n"
+        f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
+    ).encode()
+
+
+def _overview(ablation: str | None, payload: dict, page: str) -> dict:
+    """An ablation's line on the index page when it has a page of its own."""
+    runs = payload["runs"]
+    scored = sorted((r for r in runs if r.get("matched_reward") is not None), key=lambda r: -r["matched_reward"])
+    horizons = sorted({r["matched_horizon"] for r in runs if r.get("matched_horizon") is not None})
+    return {"name": ablation, "page": page, "n_runs": len(runs), "horizons": horizons,
+            "leader": scored[0] if scored else None}
+
+
+def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings) -> dict[str, bytes]:
+    """File name (relative to the explorer folder) -> bytes: index.html, plus ablations/<name>.html when many."""
+    common = {"settings": asdict(settings), "library": library_versions()}
+    ablations = ordered_ablations(tables.runs)
+    payloads = {ablation: ablation_payload(ablation, tables) for ablation in ablations}
+    if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
+        return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())})}
+    names = page_names(ablations)
+    files = {INDEX: render_page("GRPO run explorer", {
+        **common, "ablations": [], "overview": [_overview(a, payloads[a], names[a]) for a in ablations]})}
+    for ablation, payload in payloads.items():
+        files[names[ablation]] = render_page(f"{ablation or 'unassigned'} · GRPO run explorer",
+                                             {**common, "ablations": [payload], "index": f"../{INDEX}"})
+    return files
