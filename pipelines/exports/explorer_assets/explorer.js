@@ -123,17 +123,19 @@
     return lo <= hi ? [lo, Math.max(hi, lo + 1)] : [0, 1];
   }
 
-  function horizonLayers(horizons, labelled) {
+  /** Every layer of a panel gives its x the same scale: layers that leave it out would drop the zoom domain. */
+  function horizonLayers(horizons, labelled, scale) {
     if (!horizons.length) return [];
     const data = { values: horizons.map((h) => ({ horizon: h })) };
     const layers = [{
-      data, mark: { type: "rule", strokeDash: [5, 4], color: "#333", strokeWidth: 1.2 },
-      encoding: { x: { field: "horizon", type: "quantitative" } },
+      data, mark: { type: "rule", strokeDash: [5, 4], color: "#333", strokeWidth: 1.2, clip: true },
+      encoding: { x: { field: "horizon", type: "quantitative", scale } },
     }];
     if (labelled) {
       layers.push({
-        data, mark: { type: "text", align: "right", baseline: "top", dx: -5, dy: 4, y: 0, fontSize: 11, color: "#333" },
-        encoding: { x: { field: "horizon", type: "quantitative" },
+        data, mark: { type: "text", align: "right", baseline: "top", dx: -5, dy: 4, y: 0, fontSize: 11, color: "#333",
+                      clip: true },
+        encoding: { x: { field: "horizon", type: "quantitative", scale },
                     text: { value: horizons.length === 1 ? `compute-matched horizon: epoch ${horizons[0]}`
                                                          : "compute-matched horizons" } },
       });
@@ -141,15 +143,15 @@
     return layers;
   }
 
-  function hoverLayers(y, color) {
+  function hoverLayers(y, color, scale) {
     const atHover = { filter: { param: "hover", empty: false } };
-    const layers = [{ transform: [atHover], mark: { type: "rule", color: "#777", strokeWidth: 1 },
-                      encoding: { x: { field: "epoch", type: "quantitative" } } }];
+    const layers = [{ transform: [atHover], mark: { type: "rule", color: "#777", strokeWidth: 1, clip: true },
+                      encoding: { x: { field: "epoch", type: "quantitative", scale } } }];
     if (y) {
       layers.push({
         transform: [VISIBLE, atHover, { filter: `isValid(datum.${y}) && isFinite(datum.${y})` }],
-        mark: { type: "circle", size: 46, opacity: 1, stroke: "white", strokeWidth: 1.2 },
-        encoding: { x: { field: "epoch", type: "quantitative" }, y: { field: y, type: "quantitative" }, color },
+        mark: { type: "circle", size: 46, opacity: 1, stroke: "white", strokeWidth: 1.2, clip: true },
+        encoding: { x: { field: "epoch", type: "quantitative", scale }, y: { field: y, type: "quantitative" }, color },
       });
     }
     return layers;
@@ -180,12 +182,14 @@
                       color },
         },
         { ...line("smoothed", { strokeWidth: 2.2 }), encoding: { ...line("smoothed").encoding, x: xOwn } },
-        ...hoverLayers("smoothed", color).map((l) => ({ ...l, encoding: { ...l.encoding, x: xOwn } })),
-        ...horizonLayers(horizons, true),
+        ...hoverLayers("smoothed", color, xOwn.scale),
+        ...horizonLayers(horizons, true, xOwn.scale),
         {
           data: { values: matched }, transform: [VISIBLE],
-          mark: { type: "point", shape: "diamond", filled: true, size: 110, opacity: 1, stroke: "#111", strokeWidth: 0.8 },
-          encoding: { x: { field: "horizon", type: "quantitative" }, y: { field: "matched_reward", type: "quantitative" },
+          mark: { type: "point", shape: "diamond", filled: true, size: 110, opacity: 1, stroke: "#111", strokeWidth: 0.8,
+                  clip: true },
+          encoding: { x: { field: "horizon", type: "quantitative", scale: xOwn.scale },
+                      y: { field: "matched_reward", type: "quantitative" },
                       color },
         },
         {
@@ -206,7 +210,7 @@
         title: { text: "Groups with no learning signal",
                  subtitle: "share of groups whose rewards are all equal (zero advantage), smoothed" },
         layer: [line("flat_smoothed", {}, { title: "flat groups", axis: { format: "%" } }),
-                ...hoverLayers("flat_smoothed", color), ...horizonLayers(horizons, false)],
+                ...hoverLayers("flat_smoothed", color, x.scale), ...horizonLayers(horizons, false, x.scale)],
       });
     }
     if (anySeries(ablation, "sample_entropy") || anySeries(ablation, "train_entropy")) {
@@ -215,7 +219,7 @@
         title: { text: "Entropy", subtitle: "solid: sample entropy · dashed: train entropy, smoothed" },
         layer: [line("sample_smoothed", {}, { title: "entropy", scale: { zero: false } }),
                 line("train_smoothed", { strokeDash: [5, 3], strokeWidth: 1.4 }, { title: "entropy" }),
-                ...hoverLayers(null, color), ...horizonLayers(horizons, false)],
+                ...hoverLayers(null, color, x.scale), ...horizonLayers(horizons, false, x.scale)],
       });
     }
     return {
@@ -234,7 +238,7 @@
     const withInterval = rows.some((r) => present(r.low) && present(r.high));
     const horizons = horizonsOf(ablation);
     const y = { field: "label", type: "nominal", title: null, sort: { field: "matched_reward", order: "descending" },
-                axis: { labelLimit: 190 } };
+                axis: { labelLimit: 150 } };
     const color = colourEncoding(ablation);
     const tooltip = [{ field: "label", title: "run" }, { field: "matched_reward", title: "matched reward", format: ".3f" },
                      ...(withInterval ? [{ field: "interval", title: `${level} interval` }] : [])];
@@ -475,8 +479,9 @@
 
   async function drawSection(section) {
     const { ablation, nodes } = section;
-    const forestWidth = 280;
-    const curvesWidth = Math.max(420, nodes.charts.clientWidth - forestWidth - 190);
+    section.views.forest = (await vegaEmbed(nodes.forest, forestSpec(ablation, 190), EMBED)).view;
+    // the curves take the room the forest leaves, less their y axis and title beside the plot
+    const curvesWidth = Math.max(360, nodes.charts.clientWidth - nodes.forest.offsetWidth - 24 - 90);
     section.rows = epochRows(ablation, explorer.weight);
     section.rowsByRun = indexRows(section.rows);
     const curves = await vegaEmbed(nodes.curves, curvesSpec(ablation, curvesWidth, section.rows), EMBED);
@@ -484,7 +489,6 @@
     curves.view.addSignalListener("hover", (_, value) => showReadout(section, epochOf(value)));
     nodes.curves.addEventListener("pointermove", (event) => { section.pointer = event; placeReadout(section); });
     nodes.curves.addEventListener("pointerleave", () => showReadout(section, null));
-    section.views.forest = (await vegaEmbed(nodes.forest, forestSpec(ablation, forestWidth), EMBED)).view;
     const breakdowns = breakdownSpec(ablation, nodes.charts.clientWidth - 120);
     if (breakdowns) section.views.breakdowns = (await vegaEmbed(nodes.breakdowns, breakdowns, EMBED)).view;
   }
