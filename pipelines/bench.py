@@ -176,7 +176,8 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
     """The whole `grpo-warehouse build`, Dagster included; step durations come from Dagster's own step events."""
     import dagster as dg
 
-    from pipelines import cli, lake
+    from pipelines import lake
+    from pipelines.build import BuildError, build_warehouse
 
     captured = []
     execute = dg.JobDefinition.execute_in_process
@@ -199,11 +200,13 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
             checked.append(time.perf_counter() - begun)
 
     lake.select_runs = timed_check
-    argv = ["build", "--warehouse", warehouse, "--workers", str(workers)]
-    for release in releases:
-        argv += ["--release", release]
     started = time.perf_counter()
-    status = cli.main(argv)
+    try:
+        build_warehouse(Path(warehouse), releases, workers=workers)
+        status = 0
+    except BuildError as exc:
+        print(f"grpo-warehouse build: {exc}", file=sys.stderr)
+        status = 2
     seconds = time.perf_counter() - started
     steps = {CHECK_STEP: sum(checked)} if checked else {}
     for result in captured:
@@ -679,23 +682,6 @@ def run_bench(scales: list[int], releases: list[str], workdir: str | None, worke
         if not keep and not workdir:
             shutil.rmtree(base, ignore_errors=True)
     return report
-
-
-def main(args) -> int:
-    """Entry point of `grpo-warehouse bench`."""
-    from pipelines.cli import CommandError
-
-    if any(k < 1 for k in args.scale or []):
-        raise CommandError("--scale must be 1 or more")
-    if args.repeat < 1:
-        raise CommandError("--repeat must be 1 or more")
-    for release in args.release:
-        if not Path(release).is_dir():
-            raise CommandError(f"release folder {release} does not exist or is not a folder")
-    scales = [] if args.release and not args.scale else (args.scale or list(DEFAULT_SCALES))
-    run_bench(scales, args.release, args.workdir, args.workers, args.repeat, args.json, args.keep,
-              with_pandas=not args.no_pandas, with_serial=not args.no_serial, with_build=not args.no_build)
-    return 0
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from pipelines.build import BuildError, build_warehouse
 from pipelines.release.discover import LAYOUTS
-from pipelines.settings import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS, published_path
+from pipelines.settings import DEFAULT_WAREHOUSE, ENV_WAREHOUSE, published_path
 
 
 class CommandError(Exception):
@@ -80,11 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sample":
             return run_sample(args)
         if args.command == "bench":
-            from pipelines.bench import main as run_bench
-
             return run_bench(args)
         return run_sql(args)
-    except CommandError as exc:
+    except (CommandError, BuildError) as exc:
         print(f"grpo-warehouse {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -106,167 +105,25 @@ def run_sample(args) -> int:
     return 0
 
 
-def run_build(args) -> int:
-    from filelock import FileLock, Timeout
+def run_bench(args) -> int:
+    from pipelines.bench import DEFAULT_SCALES, run_bench as measure
 
+    if any(k < 1 for k in args.scale or []):
+        raise CommandError("--scale must be 1 or more")
+    if args.repeat < 1:
+        raise CommandError("--repeat must be 1 or more")
     for release in args.release:
         if not Path(release).is_dir():
             raise CommandError(f"release folder {release} does not exist or is not a folder")
-    if args.registry and not Path(args.registry).is_file():
-        raise CommandError(f"registry file {args.registry} does not exist")
-    # The code location reads its configuration from the environment, as it does under `dg dev`.
-    os.environ[ENV_WAREHOUSE] = str(Path(args.warehouse).absolute())
-    if args.release:
-        os.environ[ENV_RELEASES] = os.pathsep.join(str(Path(r).absolute()) for r in args.release)
-    else:
-        os.environ.pop(ENV_RELEASES, None)
-    if args.registry:
-        os.environ[ENV_REGISTRY] = str(Path(args.registry).absolute())
-    if args.workers:
-        os.environ[ENV_WORKERS] = str(args.workers)
-
-    warehouse = Path(args.warehouse).absolute()
-    warehouse.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(warehouse / ".build.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        print(f"another build of {warehouse} is running; waiting up to {args.wait:.0f} s for it to finish", flush=True)
-        try:
-            lock.acquire(timeout=args.wait)
-        except Timeout:
-            raise CommandError(f"another build of {warehouse} is still running after {args.wait:.0f} s") from None
-    try:
-        return _build_locked(warehouse, args.full_scan)
-    finally:
-        lock.release()
-
-
-# Merge two blocks of run partitions to ingest into one Dagster run when fewer than this many unchanged partitions
-# lie between them: a separate run costs about as much as Dagster recording that many partitions' materializations.
-MAX_PARTITION_GAP = 25
-
-
-def _build_locked(warehouse: Path, full_scan: bool = False) -> int:
-    import dagster as dg
-
-    from pipelines.definitions import defs as load_defs
-    from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
-    from pipelines.defs.resources import WarehouseConfig
-    from pipelines.lake import select_runs
-    from pipelines.release.discover import find_run_folders
-    from pipelines.warehouse_db import lake_dir
-
-    started = time.perf_counter()
-    config = WarehouseConfig.from_env()
-    if not config.releases:
-        print(f"no --release given: building the bundled sample release (in {config.sample_dir})", flush=True)
-    roots = config.release_roots()
-    runs, _, problems = find_run_folders(roots)
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
-    # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
-    # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
-    stale = set(select_runs(runs.values(), lake_dir(warehouse), config.max_file_bytes, full_scan).stale)
-    print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
-          flush=True)
-
-    definitions = load_defs()
-    job = definitions.resolve_job_def("refresh_warehouse")
-    persistent = bool(os.environ.get("DAGSTER_HOME"))
-    instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
-    with instance:
-        known = set(instance.get_dynamic_partitions(run_partitions.name))
-        new = set(runs) - known
-        # A partition new to a kept instance is materialized once, even if the lake already holds the run (built
-        # with another instance), so that the models' automation does not wait on a partition that looks missing.
-        selected = stale | new if persistent else stale
-        if new:
-            # The selected partitions last: a range of consecutive keys, so one Dagster run, covers them all.
-            instance.add_dynamic_partitions(run_partitions.name, sorted(new, key=lambda key: (key in selected, key)))
-        keys = instance.get_dynamic_partitions(run_partitions.name)
-        blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
-        run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
-        lake_keys = _asset_keys(definitions, partitioned=True)
-        # Blocks apart from the last are ingested on their own; the last goes with every other asset.
-        for block in blocks[:-1]:
-            result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                            tags=run_range_tags(block[0], block[-1]), asset_selection=lake_keys)
-            if not result.success:
-                break
-        else:
-            if blocks:
-                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                                tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
-            else:
-                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                                asset_selection=_asset_keys(definitions, partitioned=False))
-    if not result.success:
-        failure = next((e for e in result.all_events if e.is_step_failure), None)
-        reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
-        step = f" in {failure.step_key}" if failure else ""
-        raise CommandError(f"the build failed{step}: {reason}")
-    print_summary(warehouse, time.perf_counter() - started)
+    scales = [] if args.release and not args.scale else (args.scale or list(DEFAULT_SCALES))
+    measure(scales, args.release, args.workdir, args.workers, args.repeat, args.json, args.keep,
+            with_pandas=not args.no_pandas, with_serial=not args.no_serial, with_build=not args.no_build)
     return 0
 
 
-def _describe(stale: set[str], gone: set[str]) -> str:
-    def listed(names: set[str]) -> str:
-        names = sorted(names)
-        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-
-    parts = [f"{len(stale)} run(s) to ingest (new, changed or removed files): {listed(stale)}"] if stale else []
-    parts += [f"{len(gone)} run(s) gone from the releases, leaving the lake: {listed(gone)}"] if gone else []
-    return "; ".join(parts) or "the lake is up to date with every run, nothing to ingest"
-
-
-def _partition_blocks(keys: list[str], selected: set[str], max_gap: int) -> list[list[str]]:
-    """The selected keys as blocks of consecutive keys in the instance's order, each block one partition range; two
-    blocks with fewer than max_gap unselected keys between them become one (the keys between included)."""
-    blocks: list[list[str]] = []
-    previous = -1
-    for index, key in enumerate(keys):
-        if key not in selected:
-            continue
-        if blocks and index - previous - 1 < max_gap:
-            blocks[-1].extend(keys[previous + 1: index + 1])
-        else:
-            blocks.append([key])
-        previous = index
-    return blocks
-
-
-def _asset_keys(definitions, partitioned: bool) -> list:
-    """The keys of the partitioned assets (the run lake), or of every other asset."""
-    graph = definitions.resolve_asset_graph()
-    return [key for key in graph.get_all_asset_keys() if (graph.get(key).partitions_def is not None) == partitioned]
-
-
-def print_summary(warehouse: Path, seconds: float) -> None:
-    import duckdb
-
-    path = published_path(warehouse)
-    with duckdb.connect(str(path), read_only=True) as con:
-        def count(sql: str) -> int:
-            return con.execute(sql).fetchone()[0]
-
-        runs = count("select count(*) from dim_runs")
-        epochs = count("select count(*) from fact_epochs")
-        trajectories = count("select count(*) from fact_trajectories")
-        quarantined = count("select count(*) from file_inventory where status = 'quarantined'")
-        problems = count("select count(*) from ingest_errors")
-    print(
-        f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
-        f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
-    )
-    print(f"  DuckDB file: {path}")
-    print(f"  Parquet lake: {warehouse / 'lake'}")
-    if (warehouse / "exports").is_dir():
-        print(f"  exports: {warehouse / 'exports'}")
-    if (warehouse / "exports" / "explorer" / "index.html").is_file():
-        print(f"  run explorer: {warehouse / 'exports' / 'explorer' / 'index.html'} (open it in a browser)")
-    print('  try: grpo-warehouse sql "select * from run_summary"')
+def run_build(args) -> int:
+    build_warehouse(Path(args.warehouse), args.release, args.registry, args.workers, args.full_scan, args.wait)
+    return 0
 
 
 def _portable(relation, nested_as_json: bool):

@@ -6,9 +6,9 @@ from collections import Counter
 import dagster as dg
 import pytest
 
-import pipelines.cli
+import pipelines.build
 from conftest import epoch_document
-from pipelines.cli import _partition_blocks
+from pipelines.build import _partition_blocks
 from pipelines.lake import ingest_runs, select_runs
 from pipelines.release.discover import find_run_folders
 
@@ -126,7 +126,7 @@ def test_a_kept_instance_records_only_changed_partitions_and_each_new_partition_
 
     # Two changed runs with an unchanged one between them: with no gap bridged, one Dagster run each.
     launches.clear()
-    monkeypatch.setattr(pipelines.cli, "MAX_PARTITION_GAP", 1)
+    monkeypatch.setattr(pipelines.build, "MAX_PARTITION_GAP", 1)
     write_epoch(release / "run_a", 2)
     write_epoch(release / "run_c", 1)
     assert build([release], wh) == 0

@@ -1,0 +1,179 @@
+"""grpo-warehouse build: the asset graph materialized in-process, Dagster handed only the run partitions with work."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from pipelines.settings import ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS, published_path
+
+
+class BuildError(Exception):
+    """A reason the build could not be made, printed on one line."""
+
+
+def build_warehouse(warehouse: Path, releases: list[str], registry: str | None = None, workers: int = 0,
+                    full_scan: bool = False, wait: float = 600) -> None:
+    """Builds the warehouse of the releases (none: the bundled sample), waiting up to `wait` seconds for another
+    build of the same warehouse to finish."""
+    from filelock import FileLock, Timeout
+
+    for release in releases:
+        if not Path(release).is_dir():
+            raise BuildError(f"release folder {release} does not exist or is not a folder")
+    if registry and not Path(registry).is_file():
+        raise BuildError(f"registry file {registry} does not exist")
+    # The code location reads its configuration from the environment, as it does under `dg dev`.
+    os.environ[ENV_WAREHOUSE] = str(Path(warehouse).absolute())
+    if releases:
+        os.environ[ENV_RELEASES] = os.pathsep.join(str(Path(r).absolute()) for r in releases)
+    else:
+        os.environ.pop(ENV_RELEASES, None)
+    if registry:
+        os.environ[ENV_REGISTRY] = str(Path(registry).absolute())
+    if workers:
+        os.environ[ENV_WORKERS] = str(workers)
+
+    warehouse = Path(warehouse).absolute()
+    warehouse.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(warehouse / ".build.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"another build of {warehouse} is running; waiting up to {wait:.0f} s for it to finish", flush=True)
+        try:
+            lock.acquire(timeout=wait)
+        except Timeout:
+            raise BuildError(f"another build of {warehouse} is still running after {wait:.0f} s") from None
+    try:
+        _build_locked(warehouse, full_scan)
+    finally:
+        lock.release()
+
+
+# Merge two blocks of run partitions to ingest into one Dagster run when fewer than this many unchanged partitions
+# lie between them: a separate run costs about as much as Dagster recording that many partitions' materializations.
+MAX_PARTITION_GAP = 25
+
+
+def _build_locked(warehouse: Path, full_scan: bool = False) -> None:
+    import dagster as dg
+
+    from pipelines.definitions import defs as load_defs
+    from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
+    from pipelines.defs.resources import WarehouseConfig
+    from pipelines.lake import select_runs
+    from pipelines.release.discover import find_run_folders
+    from pipelines.warehouse_db import lake_dir
+
+    started = time.perf_counter()
+    config = WarehouseConfig.from_env()
+    if not config.releases:
+        print(f"no --release given: building the bundled sample release (in {config.sample_dir})", flush=True)
+    roots = config.release_roots()
+    runs, _, problems = find_run_folders(roots)
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
+    # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
+    # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
+    stale = set(select_runs(runs.values(), lake_dir(warehouse), config.max_file_bytes, full_scan).stale)
+    print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
+          flush=True)
+
+    definitions = load_defs()
+    job = definitions.resolve_job_def("refresh_warehouse")
+    persistent = bool(os.environ.get("DAGSTER_HOME"))
+    instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
+    with instance:
+        known = set(instance.get_dynamic_partitions(run_partitions.name))
+        new = set(runs) - known
+        # A partition new to a kept instance is materialized once, even if the lake already holds the run (built
+        # with another instance), so that the models' automation does not wait on a partition that looks missing.
+        selected = stale | new if persistent else stale
+        if new:
+            # The selected partitions last: a range of consecutive keys, so one Dagster run, covers them all.
+            instance.add_dynamic_partitions(run_partitions.name, sorted(new, key=lambda key: (key in selected, key)))
+        keys = instance.get_dynamic_partitions(run_partitions.name)
+        blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
+        run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
+        lake_keys = _asset_keys(definitions, partitioned=True)
+        # Blocks apart from the last are ingested on their own; the last goes with every other asset.
+        for block in blocks[:-1]:
+            result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                            tags=run_range_tags(block[0], block[-1]), asset_selection=lake_keys)
+            if not result.success:
+                break
+        else:
+            if blocks:
+                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                                tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
+            else:
+                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                                asset_selection=_asset_keys(definitions, partitioned=False))
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
+        step = f" in {failure.step_key}" if failure else ""
+        raise BuildError(f"the build failed{step}: {reason}")
+    print_summary(warehouse, time.perf_counter() - started)
+
+
+def _describe(stale: set[str], gone: set[str]) -> str:
+    def listed(names: set[str]) -> str:
+        names = sorted(names)
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    parts = [f"{len(stale)} run(s) to ingest (new, changed or removed files): {listed(stale)}"] if stale else []
+    parts += [f"{len(gone)} run(s) gone from the releases, leaving the lake: {listed(gone)}"] if gone else []
+    return "; ".join(parts) or "the lake is up to date with every run, nothing to ingest"
+
+
+def _partition_blocks(keys: list[str], selected: set[str], max_gap: int) -> list[list[str]]:
+    """The selected keys as blocks of consecutive keys in the instance's order, each block one partition range; two
+    blocks with fewer than max_gap unselected keys between them become one (the keys between included)."""
+    blocks: list[list[str]] = []
+    previous = -1
+    for index, key in enumerate(keys):
+        if key not in selected:
+            continue
+        if blocks and index - previous - 1 < max_gap:
+            blocks[-1].extend(keys[previous + 1: index + 1])
+        else:
+            blocks.append([key])
+        previous = index
+    return blocks
+
+
+def _asset_keys(definitions, partitioned: bool) -> list:
+    """The keys of the partitioned assets (the run lake), or of every other asset."""
+    graph = definitions.resolve_asset_graph()
+    return [key for key in graph.get_all_asset_keys() if (graph.get(key).partitions_def is not None) == partitioned]
+
+
+def print_summary(warehouse: Path, seconds: float) -> None:
+    import duckdb
+
+    path = published_path(warehouse)
+    with duckdb.connect(str(path), read_only=True) as con:
+        def count(sql: str) -> int:
+            return con.execute(sql).fetchone()[0]
+
+        runs = count("select count(*) from dim_runs")
+        epochs = count("select count(*) from fact_epochs")
+        trajectories = count("select count(*) from fact_trajectories")
+        quarantined = count("select count(*) from file_inventory where status = 'quarantined'")
+        problems = count("select count(*) from ingest_errors")
+    print(
+        f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
+        f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
+    )
+    print(f"  DuckDB file: {path}")
+    print(f"  Parquet lake: {warehouse / 'lake'}")
+    if (warehouse / "exports").is_dir():
+        print(f"  exports: {warehouse / 'exports'}")
+    if (warehouse / "exports" / "explorer" / "index.html").is_file():
+        print(f"  run explorer: {warehouse / 'exports' / 'explorer' / 'index.html'} (open it in a browser)")
+    print('  try: grpo-warehouse sql "select * from run_summary"')
