@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import math
+import multiprocessing
+import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -17,6 +20,7 @@ import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
+from PIL import Image
 
 # The paper's file names for some ablations, written beside `<ablation>.png`.
 PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
@@ -25,6 +29,9 @@ PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 # Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes.
 _RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "path"}
 _NO_DATE = {"svg": {"Date": None}, "png": {}}
+FIGURE_INCHES = (14, 7.2)
+LEGEND_COLUMNS = 4  # runs per row of the legend below the panels
+PREVIEW_SCALE = 0.4  # the UI's preview: the PNG shrunk to 60 dpi
 NEEDED_EPOCH_COLUMNS = ["run_id", "epoch", "mean_reward", "reward_ema", "frac_zero_std_groups",
                         "sample_entropy", "train_entropy"]
 
@@ -36,6 +43,26 @@ class Smoothing:
     ema_weight: float = 0.9
     window: int = 20
     band_level: float = 0.95
+
+
+def grid_margins(runs: int) -> dict[str, float]:
+    """The panels' place in the figure, as fractions, from fixed margins in inches: room for the suptitle and the
+    panel titles above, the tick labels and axis labels around, and one legend row per LEGEND_COLUMNS runs below.
+
+    Fixed rather than matplotlib's constrained layout, which measures every text of the figure again for each
+    file written (a third of a figure's drawing time); the margins fit tick labels up to about seven characters.
+    """
+    width, height = FIGURE_INCHES
+    left, right, top = 0.8, 0.15, 0.75
+    bottom = 0.6 + 0.27 * math.ceil(runs / LEGEND_COLUMNS)
+    column_gap, row_gap = 0.95, 0.8  # the right panels' y labels; the upper right panel's ticks and the lower's title
+    panels_width, panels_height = width - left - right, height - top - bottom
+    return {
+        "left": left / width, "right": 1 - right / width, "top": 1 - top / height, "bottom": bottom / height,
+        # matplotlib gives the gaps as fractions of the mean panel width and height
+        "wspace": column_gap / ((panels_width - column_gap) / 2),
+        "hspace": row_gap / ((panels_height - row_gap) / 2),
+    }
 
 
 def file_stem(ablation: str | None) -> str:
@@ -120,9 +147,9 @@ def ablation_figure(
     horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})
 
     # Drawn on an Agg canvas, never through pyplot: no display needed and no global figure state.
-    fig = Figure(figsize=(14, 7.2), layout="constrained")
+    fig = Figure(figsize=FIGURE_INCHES)
     FigureCanvasAgg(fig)
-    grid = fig.add_gridspec(2, 2, width_ratios=[1.75, 1])
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.75, 1], **grid_margins(len(run_ids)))
     ax_reward = fig.add_subplot(grid[:, 0])
     ax_zero = fig.add_subplot(grid[0, 1], sharex=ax_reward)
     ax_entropy = fig.add_subplot(grid[1, 1], sharex=ax_reward)
@@ -132,7 +159,7 @@ def ablation_figure(
         colour = colours[run]
         x = _values(rows, "epoch")
         ax_reward.plot(x, _values(rows, "mean_reward"), linestyle="none", marker="o", markersize=1.8,
-                       alpha=0.28, color=colour, gid=f"raw:{run}", rasterized=True)
+                       alpha=0.28, color=colour, gid=f"raw:{run}")
         ax_reward.fill_between(x, _values(rows, "band_low"), _values(rows, "band_high"), color=colour,
                                alpha=0.18, linewidth=0, gid=f"band:{run}")
         ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, label=labels[run],
@@ -190,7 +217,8 @@ def ablation_figure(
                       loc="best", fontsize=8.5)
     if run_ids:
         curves = [line for line in ax_reward.get_lines() if str(line.get_gid()).startswith("ema:")]
-        fig.legend(handles=curves, loc="outside lower center", ncols=min(len(run_ids), 4), frameon=False, fontsize=10)
+        fig.legend(handles=curves, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(run_ids), LEGEND_COLUMNS),
+                   frameon=False, fontsize=10)
     else:
         ax_reward.text(0.5, 0.5, "no runs in this ablation", transform=ax_reward.transAxes, ha="center")
     if data.is_empty() and run_ids:
@@ -218,3 +246,44 @@ def figure_files(ablation: str | None, fig: Figure) -> dict[str, bytes]:
     if ablation in PAPER_FIGURE_NAMES:
         files[PAPER_FIGURE_NAMES[ablation]] = png
     return files
+
+
+def preview_jpeg(png: bytes) -> bytes:
+    """A small JPEG of a figure for the UI, shrunk from its PNG (cheaper than drawing the figure a third time)."""
+    with Image.open(io.BytesIO(png)) as image:
+        size = (round(image.width * PREVIEW_SCALE), round(image.height * PREVIEW_SCALE))
+        small = image.convert("RGB").resize(size, Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    small.save(buffer, format="jpeg", quality=80)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class FigureJob:
+    """One ablation's figure to draw: its rows (ablation_inputs), how to smooth, and whether the UI previews it."""
+
+    ablation: str | None
+    rows: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
+    smoothing: Smoothing
+    final_window: int
+    preview: bool
+
+
+def draw(job: FigureJob) -> tuple[dict[str, bytes], bytes | None]:
+    """The files of one ablation's figure (figure_files) and its preview JPEG if asked for."""
+    fig = ablation_figure(job.ablation, *job.rows, job.smoothing, final_window=job.final_window)
+    files = figure_files(job.ablation, fig)
+    return files, preview_jpeg(files[f"{file_stem(job.ablation)}.png"]) if job.preview else None
+
+
+def draw_figures(jobs: list[FigureJob], workers: int = 0) -> list[tuple[dict[str, bytes], bytes | None]]:
+    """Draws the figures, in order, spread over `workers` processes (0: one per core) when there are several.
+
+    matplotlib draws on one core, and the figures are independent: a process each is what uses the others. spawn,
+    not fork: the caller (a Dagster run) has threads, and polars' thread pool does not survive fork.
+    """
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [draw(job) for job in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(draw, jobs))

@@ -103,13 +103,15 @@ def renders(monkeypatch):
     """Counts the figures drawn, table files encoded and reports rendered from now on."""
     counts = {"figures": 0, "tables": 0, "report": 0}
 
-    def counting(name, function):
+    def counting(name, function, count=lambda *args: 1):
         def wrapper(*args, **kwargs):
-            counts[name] += 1
+            counts[name] += count(*args)
             return function(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(export_assets, "ablation_figure", counting("figures", export_assets.ablation_figure))
+    # draw_figures(jobs, workers): one figure per job, drawn in worker processes
+    monkeypatch.setattr(export_assets, "draw_figures",
+                        counting("figures", export_assets.draw_figures, lambda jobs, *_: len(jobs)))
     monkeypatch.setattr(export_assets, "table_files", counting("tables", export_assets.table_files))
     monkeypatch.setattr(export_assets, "render_report", counting("report", export_assets.render_report))
     return counts
@@ -191,13 +193,13 @@ def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders
 
 
 def test_the_metric_parameters_reach_the_figure_and_the_report(tmp_path, tables, monkeypatch):
-    smoothings, draw = [], export_assets.ablation_figure
+    smoothings, draw = [], export_assets.draw_figures
 
-    def drawing(*args, **kwargs):
-        smoothings.append(args[4])  # ablation_figure(ablation, runs, epochs, summary, smoothing, ...)
-        return draw(*args, **kwargs)
+    def drawing(jobs, *args, **kwargs):
+        smoothings.extend(job.smoothing for job in jobs)
+        return draw(jobs, *args, **kwargs)
 
-    monkeypatch.setattr(export_assets, "ablation_figure", drawing)
+    monkeypatch.setattr(export_assets, "draw_figures", drawing)
     write_build_db(tmp_path, build_tables(tables))
     config = WarehouseConfig(warehouse_dir=str(tmp_path), ema_weight=0.7, rolling_window=3, ci_level=0.8)
     assert dg.materialize([ablation_figures, report], resources={"warehouse": config}).success

@@ -16,7 +16,7 @@ from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports import figure as figure_module, files as files_module, report as report_module
 from pipelines.exports import explorer as explorer_module, state as state_module
 from pipelines.exports.explorer import ExplorerSettings, ExplorerTables, explorer_pages, library_versions
-from pipelines.exports.figure import Smoothing, ablation_figure, ablation_inputs, figure_files, render
+from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw_figures
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
 from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, record, recorded_metadata
@@ -120,6 +120,51 @@ def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: i
     }
 
 
+FigurePlan = tuple[str, str, "dict[str, bytes] | None", "str | None"]  # key, digest, kept files, kept preview
+
+
+def plan_figures(tables: dict[str, pl.DataFrame], params: dict, before: dict, folder: Path,
+                 job) -> tuple[list[FigurePlan], list[FigureJob]]:
+    """Per ablation, in the report's order, what it keeps from its last drawing, and the figures to draw.
+
+    An ablation whose rows, parameters and code are those of its last drawing keeps its files: one changed run
+    redraws its own ablation, not all of them. `job(ablation, rows, preview)` makes the FigureJob of one to draw.
+    """
+    plans: list[FigurePlan] = []
+    jobs: list[FigureJob] = []
+    for ablation in ordered_ablations(tables["runs"]):
+        rows = ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"])
+        key, digest, shown = json.dumps(ablation), figure_digest(rows, params), len(plans) < PREVIEWS_SHOWN
+        last = before.get(key, {})
+        kept = None
+        if last.get("digest") == digest and (last.get("preview") or not shown):
+            kept = kept_files(folder, last.get("files", {}))
+        if kept is None:
+            jobs.append(job(ablation, rows, shown))
+        plans.append((key, digest, kept, last.get("preview") if kept is not None else None))
+    return plans, jobs
+
+
+def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, bytes], list[str], dict[str, dict]]:
+    """The figure files, the UI previews and the per-ablation record, from the kept files and the new drawings."""
+    drawn_in_order = iter(drawings)
+    files: dict[str, bytes] = {}
+    previews: list[str] = []
+    ablations: dict[str, dict] = {}
+    for index, (key, digest, drawn, preview) in enumerate(plans):
+        if drawn is None:
+            drawn, image = next(drawn_in_order)
+            if image is not None:
+                name = json.loads(key)
+                preview = f"**{name}**\n\n![{name}](data:image/jpeg;base64,{base64.b64encode(image).decode()})"
+        files.update(drawn)
+        if index < PREVIEWS_SHOWN:
+            previews.append(preview)
+        ablations[key] = {"digest": digest, "files": {name: len(content) for name, content in drawn.items()},
+                          "preview": preview}
+    return files, previews, ablations
+
+
 @dg.asset(
     deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
@@ -138,33 +183,12 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         return kept_result(context, entry, figures_metadata(folder, meta["files"], meta["preview"], 0))
     tables, inputs = read_tables(warehouse, {"runs": RUNS_SQL, "epochs": EPOCHS_SQL,
                                              "summary": "select * from run_summary order by run_id"}, FIGURE_INPUTS)
-    # An ablation whose rows, parameters and code are those of its last drawing keeps its files: one changed run
-    # redraws its own ablation, not all of them.
     before = recorded_metadata(exports, ablation_figures.key.to_user_string()).get("ablations", {})
-    files: dict[str, bytes] = {}
-    previews: list[str] = []
-    ablations: dict[str, dict] = {}
-    redrawn = 0
-    for ablation in ordered_ablations(tables["runs"]):
-        rows = ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"])
-        key, digest, shown = json.dumps(ablation), figure_digest(rows, params), len(previews) < PREVIEWS_SHOWN
-        last = before.get(key, {})
-        drawn = None
-        if last.get("digest") == digest and (last.get("preview") or not shown):
-            drawn = kept_files(folder, last.get("files", {}))
-        preview = last.get("preview") if drawn is not None else None
-        if drawn is None:
-            fig = ablation_figure(ablation, *rows, smoothing, final_window=warehouse.final_window)
-            drawn = figure_files(ablation, fig)
-            redrawn += 1
-            if shown:
-                image = base64.b64encode(render(fig, "jpeg", dpi=60)).decode()
-                preview = f"**{ablation}**\n\n![{ablation}](data:image/jpeg;base64,{image})"
-        files.update(drawn)
-        if shown:
-            previews.append(preview)
-        ablations[key] = {"digest": digest, "files": {name: len(content) for name, content in drawn.items()},
-                          "preview": preview}
+    plans, jobs = plan_figures(tables, params, before, folder,
+                               lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing,
+                                                                      warehouse.final_window, preview=shown))
+    files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
+    redrawn = len(jobs)
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     stale = [p for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in files]
     for path in stale:
