@@ -8,6 +8,8 @@ import pytest
 
 from conftest import epoch_document, write_epoch_file
 
+pytestmark = pytest.mark.slow  # whole builds of a damaged release
+
 RUN = "damaged_run"
 GOOD_EPOCHS = {0, 9, 13, 17, 20}
 QUARANTINED = "quarantined: not loaded"

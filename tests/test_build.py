@@ -8,6 +8,8 @@ from conftest import epoch_document
 from pipelines.lake import RUN_TABLES, lake_files
 from pipelines.release.sample import write_sample
 
+pytestmark = pytest.mark.slow  # whole builds
+
 
 def test_tiny_hand_written_releases_side_by_side(tmp_path, write_epoch, build, query):
     rel_a, rel_b = tmp_path / "rel_a", tmp_path / "rel_b"

@@ -81,6 +81,7 @@ def test_select_runs_names_new_changed_and_gone_runs(tmp_path, write_epoch):
     assert select_runs(list(runs.values()), lake, 10**6).work["run_b"].removed == ["run_b/epoch_001_results.json"]
 
 
+@pytest.mark.slow
 def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
         tmp_path, monkeypatch, write_epoch, build, query, launches):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the default: a throwaway instance per build
@@ -116,6 +117,7 @@ def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
     assert query(wh, "select run_id, count(*) from fact_epochs group by 1 order by 1") == [("run_a", 2), ("run_b", 3)]
 
 
+@pytest.mark.slow
 def test_a_kept_instance_records_only_changed_partitions_and_each_new_partition_once(
         tmp_path, monkeypatch, write_epoch, build, query, launches):
     release, wh = tmp_path / "release", tmp_path / "wh"

@@ -8,11 +8,14 @@ import textwrap
 from pathlib import Path
 
 import duckdb
+import pytest
 from filelock import FileLock
 
 from pipelines.lake import ingest_run_folder, manifest_file
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import open_build_db
+
+pytestmark = pytest.mark.slow  # builds, readers and writers in child processes
 
 READER = textwrap.dedent("""
     import sys, duckdb

@@ -16,6 +16,8 @@ from conftest import epoch_document
 from pipelines.lake import manifest_file, partition_file
 from pipelines.warehouse_db import publish
 
+pytestmark = pytest.mark.slow  # builds and writers killed in child processes
+
 RUNS = ("run_a", "run_b", "run_c")
 SNAPSHOT = ("select (select count(*) from fact_epochs), (select sum(loss) from fact_epochs), "
             "(select count(*) from fact_trajectories), (select count(*) from dim_runs), "

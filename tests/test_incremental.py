@@ -6,6 +6,8 @@ import pytest
 import pipelines.lake
 from conftest import epoch_document, touch_later
 
+pytestmark = pytest.mark.slow  # whole builds
+
 
 @pytest.fixture
 def parsed(monkeypatch):

@@ -75,6 +75,7 @@ def test_the_incremental_models_are_the_run_local_ones():
     assert MODELS["run_summary"].incremental_key is None
 
 
+@pytest.mark.slow
 def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scratch(
         tmp_path, build, capsys, release, write_epoch):
     assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"rebuilt"}
@@ -96,6 +97,7 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
     assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"inputs unchanged, table kept"}
 
 
+@pytest.mark.slow
 def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsys, release, write_epoch):
     build_and_compare(tmp_path, build, capsys, release)
 
@@ -124,6 +126,7 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"1 run_id(s) computed again"}
 
 
+@pytest.mark.slow
 def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build, release):
     assert build([release], tmp_path / "wh") == 0
     config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10)
@@ -229,6 +232,7 @@ EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewri
                  min_size=3, max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                 HealthCheck.function_scoped_fixture])
 @given(edits=EDITS)

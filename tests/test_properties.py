@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -139,6 +140,7 @@ def test_random_trees_and_mutations_never_crash_nor_lose_a_valid_file(first, sec
         check_lake(lake, first + more)
 
 
+@pytest.mark.slow
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(files=run_trees())

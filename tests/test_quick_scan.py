@@ -220,6 +220,7 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
     assert ingest(release, lake)["run_a"].trajectories == 4 + 6 + 4
 
 
+@pytest.mark.slow
 def test_build_full_scan_finds_a_file_rewritten_in_place(tmp_path, write_epoch, build, query, quiet_at_once):
     release, wh = tmp_path / "release", tmp_path / "wh"
     files = [write_epoch(release / "run_a", e) for e in range(2)]

@@ -1,5 +1,8 @@
 """End to end: the marts and their checks inside a real `grpo-warehouse build` of a tiny release."""
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a whole build
 
 
 def epoch_document(epoch: int) -> dict:
