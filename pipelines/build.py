@@ -15,9 +15,9 @@ class BuildError(Exception):
 
 
 def build_warehouse(warehouse: Path, releases: list[str], registry: str | None = None, workers: int = 0,
-                    full_scan: bool = False, wait: float = 600) -> None:
+                    full_scan: bool = False, wait: float = 600) -> list[str]:
     """Builds the warehouse of the releases (none: the bundled sample), waiting up to `wait` seconds for another
-    build of the same warehouse to finish."""
+    build of the same warehouse to finish; returns what loaded nothing or far too little (see print_summary)."""
     from filelock import FileLock, Timeout
 
     for release in releases:
@@ -48,7 +48,7 @@ def build_warehouse(warehouse: Path, releases: list[str], registry: str | None =
         except Timeout:
             raise BuildError(f"another build of {warehouse} is still running after {wait:.0f} s") from None
     try:
-        _build_locked(warehouse, full_scan)
+        return _build_locked(warehouse, full_scan)
     finally:
         lock.release()
 
@@ -58,7 +58,7 @@ def build_warehouse(warehouse: Path, releases: list[str], registry: str | None =
 MAX_PARTITION_GAP = 25
 
 
-def _build_locked(warehouse: Path, full_scan: bool = False) -> None:
+def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
     import dagster as dg
 
     from pipelines.definitions import defs as load_defs
@@ -118,7 +118,7 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> None:
         reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
         step = f" in {failure.step_key}" if failure else ""
         raise BuildError(f"the build failed{step}: {reason}")
-    print_summary(warehouse, time.perf_counter() - started)
+    return print_summary(warehouse, time.perf_counter() - started)
 
 
 def _describe(stale: set[str], gone: set[str]) -> str:
@@ -153,7 +153,9 @@ def _asset_keys(definitions, partitioned: bool) -> list:
     return [key for key in graph.get_all_asset_keys() if (graph.get(key).partitions_def is not None) == partitioned]
 
 
-def print_summary(warehouse: Path, seconds: float) -> None:
+def print_summary(warehouse: Path, seconds: float) -> list[str]:
+    """Prints what the build loaded, and what it could not; returns what `--strict` fails on (releases and runs that
+    loaded nothing, or far fewer epochs than their entries), one phrase each."""
     import duckdb
 
     path = published_path(warehouse)
@@ -166,10 +168,11 @@ def print_summary(warehouse: Path, seconds: float) -> None:
         trajectories = count("select count(*) from fact_trajectories")
         quarantined = count("select count(*) from file_inventory where status = 'quarantined'")
         problems = count("select count(*) from ingest_errors")
-    print(
-        f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
-        f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
-    )
+        print(
+            f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
+            f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
+        )
+        not_loading = _print_not_loaded(con)
     print(f"  DuckDB file: {path}")
     print(f"  Parquet lake: {warehouse / 'lake'}")
     if (warehouse / "exports").is_dir():
@@ -177,3 +180,41 @@ def print_summary(warehouse: Path, seconds: float) -> None:
     if (warehouse / "exports" / "explorer" / "index.html").is_file():
         print(f"  run explorer: {warehouse / 'exports' / 'explorer' / 'index.html'} (open it in a browser)")
     print('  try: grpo-warehouse sql "select * from run_summary"')
+    return not_loading
+
+
+def _print_not_loaded(con) -> list[str]:
+    """The epoch entries not loaded, by reason with an example path; a warning line per release that loaded no
+    epoch (the layouts expected, the entries seen) and one for the runs loading far fewer epochs than entries."""
+    from pipelines.defs.models.checks import MIN_LOADED_SHARE, RUNS_NOT_LOADING_SQL
+    from pipelines.release.discover import EXPECTED_PLACEMENTS
+
+    reasons = con.execute("select reason, count(*), min(source_path) from unloaded_epochs"
+                          " group by reason order by count(*) desc, reason").fetchall()
+    if reasons:
+        print(f"  {sum(n for _, n, _ in reasons):,} epoch entr(ies) not loaded (see unloaded_epochs):")
+        for reason, n, example in reasons:
+            print(f"    {n:>7,}  {reason:<20} e.g. {example}", flush=True)
+    failing = []
+    empty = con.execute(
+        "select release, list(run_id order by run_id) from dim_runs where run_id not in"
+        " (select run_id from fact_epochs) group by release"
+        " having count(*) = (select count(*) from dim_runs as d where d.release = dim_runs.release) order by release"
+    ).fetchall()
+    for release, run_ids in empty:
+        n_seen, seen = con.execute(
+            "select count(*), list(source_path order by source_path)[1:5] from file_inventory"
+            " where list_contains(?, run_id)", [run_ids]).fetchone()
+        print(f"warning: release {release} loaded no epoch from its {len(run_ids)} run(s): no document placed as "
+              f"{', '.join(EXPECTED_PLACEMENTS)} was loaded; its run folders hold {n_seen} entr(ies), e.g. "
+              f"{', '.join(seen) or 'nothing'}", file=sys.stderr)
+        failing.append(f"release {release} loaded no epoch")
+    runs = con.execute(RUNS_NOT_LOADING_SQL).fetchall()
+    if runs:
+        listed = ", ".join(f"{run_id} ({n_loaded} of {n_loaded + n_not} loaded)" if n_loaded + n_not
+                           else f"{run_id} (no epoch entry recognised)" for run_id, n_loaded, n_not, *_ in runs[:5])
+        more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+        print(f"warning: {len(runs)} run(s) loaded no epoch or under {MIN_LOADED_SHARE:.0%} of their epoch entries: "
+              f"{listed}{more}", file=sys.stderr)
+        failing.append(f"{len(runs)} run(s) loaded no epoch or under {MIN_LOADED_SHARE:.0%} of their epoch entries")
+    return failing

@@ -37,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--full-scan", action="store_true",
                        help="look at every epoch file, also of runs whose folders have not changed since they went "
                             "quiet (finds files rewritten in place; the nightly refresh does this)")
+    build.add_argument("--strict", action="store_true",
+                       help="exit 1 when a run loaded no epoch or far fewer than its epoch entries, or a release "
+                            "loaded none (for scheduled refreshes that should page someone)")
     build.add_argument("--wait", type=float, default=600, metavar="SECONDS",
                        help="how long to wait for another build of the same warehouse to finish (default 600)")
     _warehouse_arg(build)
@@ -122,7 +125,11 @@ def run_bench(args) -> int:
 
 
 def run_build(args) -> int:
-    build_warehouse(Path(args.warehouse), args.release, args.registry, args.workers, args.full_scan, args.wait)
+    not_loading = build_warehouse(Path(args.warehouse), args.release, args.registry, args.workers, args.full_scan,
+                                  args.wait)
+    if args.strict and not_loading:
+        print(f"grpo-warehouse build: --strict: {'; '.join(not_loading)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,10 +3,13 @@
 import json
 import math
 
+import dagster as dg
+import duckdb
 import polars as pl
 import pytest
 
 from conftest import epoch_document
+from pipelines.defs.models import checks
 from pipelines.lake import ingest_run, partition_file
 from pipelines.release.discover import LAYOUTS, RunFolder, list_run
 from pipelines.release.sample import write_epoch_in_layout
@@ -61,7 +64,7 @@ COMPARED = ("fact_epochs", "fact_trajectories", "epoch_metrics", "run_summary", 
 def test_every_layout_builds_the_same_tables_as_the_flat_one(tmp_path, build, query):
     releases = [_release(tmp_path, layout) for layout in LAYOUTS]
     warehouse = tmp_path / "wh"
-    assert build(releases, warehouse) == 0
+    assert build(releases, warehouse, "--strict") == 0  # nothing left unloaded
 
     # The flat layout itself loads every document: 2 runs x 4 epochs of 8 trajectories, one reward NaN per epoch.
     flat_epochs = _table(warehouse, query, "fact_epochs", "file")
@@ -158,3 +161,44 @@ def test_a_damaged_document_of_any_name_is_quarantined_and_a_large_transcript_no
     assert [(e["source_path"], e["error_kind"]) for e in errors] == [("run/epoch_000/summary.json", "truncated_json")]
     reasons = {row["source_path"]: row["reason"] for row in _rows(lake, "files")}
     assert reasons["run/epoch_000/rollouts.json"].startswith("over max_file_bytes")
+
+
+@pytest.mark.slow
+def test_a_run_that_loads_nothing_or_far_fewer_epochs_is_loud(tmp_path, build, query, capsys):
+    unrecognised, damaged = tmp_path / "unrecognised", tmp_path / "damaged"
+    for epoch in range(2):  # documents, but in no recognised placement
+        (unrecognised / "run_a" / f"ep{epoch}").mkdir(parents=True)
+        (unrecognised / "run_a" / f"ep{epoch}" / "data.json").write_text(json.dumps(epoch_document(epoch)))
+    for epoch in range(7):
+        write_epoch_in_layout(damaged / "run_b", "file", epoch_document(epoch), b"{}")
+    for epoch in range(3):
+        write_epoch_in_layout(damaged / "run_c", "folder", epoch_document(epoch), b"{}")
+    (damaged / "run_b" / "epoch_007_results.json").write_text(json.dumps(epoch_document(7))[:40])
+    (damaged / "run_b" / "epoch_008").mkdir()
+    (damaged / "run_b" / "epoch_008" / "transcript.json").write_text('{"messages": []}')
+    (damaged / "run_b" / "epoch_009").mkdir()
+    warehouse = tmp_path / "wh"
+
+    assert build([unrecognised, damaged], warehouse, "--strict") == 1
+
+    # run_b: 7 of its 10 epoch entries loaded (under 90%); run_a: none recognised; run_c: all 3.
+    assert query(warehouse, "select run_id, epoch, reason, source_path from unloaded_epochs") == [
+        ("run_b", 7, "truncated_json", "run_b/epoch_007_results.json"),
+        ("run_b", 8, "missing_document", "run_b/epoch_008"),
+        ("run_b", 9, "missing_document", "run_b/epoch_009"),
+    ]
+    out, err = capsys.readouterr()
+    assert "3 epoch entr(ies) not loaded" in out
+    assert "2  missing_document     e.g. run_b/epoch_008" in out
+    assert "1  truncated_json       e.g. run_b/epoch_007_results.json" in out
+    [release_line] = [line for line in err.splitlines() if line.startswith("warning: release")]
+    assert release_line.startswith("warning: release unrecognised loaded no epoch from its 1 run(s)")
+    assert "<run>/epoch_NNN/metrics.json" in release_line and "e.g. run_a/ep0, run_a/ep1" in release_line
+    assert "2 run(s) loaded no epoch or under 90% of their epoch entries: run_a (no epoch entry recognised), run_b (7 of 10 loaded)" in err
+    assert err.splitlines()[-1].startswith("grpo-warehouse build: --strict: release unrecognised loaded no epoch")
+
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        result = checks.runs_not_loading(con)
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    assert [(e["run_id"], e["n_loaded"], e["n_not_loaded"]) for e in result.metadata["examples"].value] == [
+        ("run_a", 0, 0), ("run_b", 7, 3)]

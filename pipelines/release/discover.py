@@ -214,7 +214,7 @@ def list_run(run: RunFolder) -> RunListing:
         try:
             st = entry.stat()  # follows a link (already checked to stay inside the root), as Path.stat does
         except OSError as exc:
-            skip(source_path, f"cannot stat: {exc.strerror}", "unreadable")
+            skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
             return
         epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns,
                                      st.st_dev, st.st_ino))
@@ -280,7 +280,8 @@ def list_run(run: RunFolder) -> RunListing:
             skip(source_path, "hidden entry")
             continue
         if problem := link_problem(entry):
-            skip(source_path, problem, "outside_link")
+            named = EPOCH_FILE_NAME.match(name) or EPOCH_DIR_NAME.match(name)
+            skip(source_path, problem, "outside_link", epoch=int(named.group(1)) if named else None)
             continue
         if (match := EPOCH_FILE_NAME.match(name)) and entry.is_file():
             add_epoch(entry, source_path, int(match.group(1)), "file")

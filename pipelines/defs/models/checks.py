@@ -153,6 +153,34 @@ def epoch_gaps(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     return _result(total, examples, dg.AssetCheckSeverity.WARN, "run(s) with missing epochs")
 
 
+# A run "loads far fewer epochs than it has epoch entries" below this share of its entries (the check below, and
+# `build --strict`).
+MIN_LOADED_SHARE = 0.9
+RUNS_NOT_LOADING_SQL = f"""
+    with loaded as (
+        select run_id, count(distinct epoch) as n_loaded from fact_epochs group by run_id
+    ),
+    not_loaded as (
+        select run_id, count(*) as n_not_loaded, list(distinct reason order by reason) as reasons,
+               min(source_path) as example_path
+        from unloaded_epochs group by run_id
+    )
+    select run_id, coalesce(n_loaded, 0) as n_loaded, coalesce(n_not_loaded, 0) as n_not_loaded, reasons,
+           example_path
+    from dim_runs left join loaded using (run_id) left join not_loaded using (run_id)
+    where coalesce(n_loaded, 0) = 0
+       or coalesce(n_loaded, 0) < {MIN_LOADED_SHARE} * (coalesce(n_loaded, 0) + coalesce(n_not_loaded, 0))
+    order by run_id
+"""
+
+
+def runs_not_loading(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """Runs that loaded no epoch, or fewer than MIN_LOADED_SHARE of their epoch entries (see unloaded_epochs)."""
+    total, examples = _examples(con, RUNS_NOT_LOADING_SQL)
+    return _result(total, examples, dg.AssetCheckSeverity.WARN,
+                   f"run(s) that loaded no epoch, or under {MIN_LOADED_SHARE:.0%} of their epoch entries")
+
+
 @dataclass(frozen=True)
 class ModelCheck:
     """One check of a model's table: its name, what it asserts, and the function that evaluates it."""
@@ -187,6 +215,12 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
     "group_metrics": (
         ModelCheck("advantages_normalised", "Advantages are normalised within each GRPO group.",
                    lambda con, _: unnormalised_groups(con), ("group_metrics",)),
+    ),
+    "unloaded_epochs": (
+        ModelCheck("runs_load_their_epoch_entries",
+                   f"Every run loaded at least one epoch, and at least {MIN_LOADED_SHARE:.0%} of its epoch entries "
+                   "(epoch_NNN_results.json files and epoch_NNN/ folders); unloaded_epochs says why not.",
+                   lambda con, _: runs_not_loading(con), ("dim_runs", "fact_epochs", "unloaded_epochs")),
     ),
     "run_summary": (
         ModelCheck("no_epoch_gaps", "No epochs are missing between a run's first and last loaded epoch.",
