@@ -91,7 +91,9 @@ def wait_until(driver, script: str, what: str, *args, timeout: float = 10):
 
 
 def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehouse, offline_browser):
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.actions.action_builder import ActionBuilder
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
@@ -155,6 +157,30 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     assert f"{reward_ema:.3f}" in readout
     ARTIFACTS.mkdir(exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / "explorer_hover.png"))
+
+    # The side panels share the hover: the readout follows the pointer into the flat-groups panel.
+    flat = driver.execute_script("const box = document.querySelector('#ablation-0 .flat_strips_voronoi')"
+                                 ".getBoundingClientRect(); return [box.left, box.top, box.width, box.height];")
+    pointer.pointer_action.move_to_location(int(flat[0] + 0.3 * flat[2]), int(flat[1] + 0.5 * flat[3]))
+    pointer.perform()
+    wait_until(driver, "return !document.querySelector('#ablation-0 .readout').hidden"
+                       " && !document.querySelector('#ablation-0 .readout').innerText.startsWith(arguments[0])",
+               "the readout of another epoch", f"epoch {hovered}\n")
+
+    # The wheel zooms the epoch axis of every panel at once.
+    pointer.pointer_action.move_to_location(5, 5)
+    pointer.perform()
+    ActionChains(driver).scroll_from_origin(ScrollOrigin.from_viewport(int(left + 0.7 * width), int(top + 200)),
+                                            0, -300).perform()
+    wait_until(driver, "return (window.explorer.sections[0].views.curves.signal('zoom') || {}).epoch",
+               "a zoomed epoch axis")
+    zoomed = driver.execute_script("const view = window.explorer.sections[0].views.curves;"
+                                   "return [view.signal('zoom').epoch, view.scale('reward_x').domain(),"
+                                   " view.scale('flat_x').domain(), view.scale('entropy_x').domain()];")
+    span = max(e[1] for e in epochs if dict(runs)[e[0]] == multi) - min(e[1] for e in epochs)
+    assert zoomed[0][1] - zoomed[0][0] < 0.9 * span
+    assert zoomed[1] == pytest.approx(zoomed[0]) and zoomed[2] == pytest.approx(zoomed[0])
+    assert zoomed[3] == pytest.approx(zoomed[0])
 
     # A click on a run's row hides its marks, and another shows them again.
     pointer.pointer_action.move_to_location(5, 5)  # off the chart: no hover marks

@@ -34,7 +34,7 @@
   const present = (v) => v !== null && v !== undefined && Number.isFinite(v);
   const num = (v, digits = 3) => (present(v) ? v.toFixed(digits) : "–");
   const signed = (v) => (present(v) ? (v > 0 ? "+" : "") + v.toFixed(3) : "–");
-  const percent = (v) => (present(v) ? (100 * v).toFixed(0) + "%" : "–");
+  const percent = (v) => (present(v) ? (100 * v).toFixed(1) + "%" : "–");
   const interval = (lo, hi) => (present(lo) && present(hi) ? `[${num(lo)}, ${num(hi)}]` : "–");
   const level = `${Math.round(100 * SETTINGS.ci_level)}%`;
 
@@ -157,6 +157,14 @@
     return layers;
   }
 
+  /** A panel's hover target: one invisible point per epoch, whose nearest-epoch strips set the hover param. It is
+   * the panel's last layer, above every mark: a mark drawn under a still pointer (the hover rule itself) would take
+   * the pointer from the strips and clear the hover. */
+  function hoverStrips(panel, x) {
+    return { name: `${panel}_strips`, transform: [{ aggregate: [], groupby: ["epoch"] }],
+             mark: { type: "point", opacity: 0, size: 1 }, encoding: { x } };
+  }
+
   function curvesSpec(ablation, width, rows) {
     const color = colourEncoding(ablation);
     const x = { field: "epoch", type: "quantitative", title: "epoch",
@@ -192,15 +200,7 @@
                       y: { field: "matched_reward", type: "quantitative" },
                       color },
         },
-        {
-          // last, so that the hover strips lie above every mark: a mark drawn under a still pointer (the hover
-          // rule itself) would take the pointer from them and clear the hover
-          params: [{ name: "hover", select: { type: "point", encodings: ["x"], on: "pointermove", nearest: true,
-                                              clear: "pointerout" } }],
-          transform: [{ aggregate: [], groupby: ["epoch"] }],
-          mark: { type: "point", opacity: 0, size: 1 },
-          encoding: { x: xOwn },
-        },
+        hoverStrips("reward", xOwn),
       ],
     };
     const panels = [reward];
@@ -210,7 +210,8 @@
         title: { text: "Groups with no learning signal",
                  subtitle: "share of groups whose rewards are all equal (zero advantage), smoothed" },
         layer: [line("flat_smoothed", {}, { title: "flat groups", axis: { format: "%" } }),
-                ...hoverLayers("flat_smoothed", color, x.scale), ...horizonLayers(horizons, false, x.scale)],
+                ...hoverLayers("flat_smoothed", color, x.scale), ...horizonLayers(horizons, false, x.scale),
+                hoverStrips("flat", x)],
       });
     }
     if (anySeries(ablation, "sample_entropy") || anySeries(ablation, "train_entropy")) {
@@ -219,12 +220,16 @@
         title: { text: "Entropy", subtitle: "solid: sample entropy · dashed: train entropy, smoothed" },
         layer: [line("sample_smoothed", {}, { title: "entropy", scale: { zero: false } }),
                 line("train_smoothed", { strokeDash: [5, 3], strokeWidth: 1.4 }, { title: "entropy" }),
-                ...hoverLayers(null, color, x.scale), ...horizonLayers(horizons, false, x.scale)],
+                ...hoverLayers(null, color, x.scale), ...horizonLayers(horizons, false, x.scale),
+                hoverStrips("entropy", x)],
       });
     }
     return {
       $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-      config: CONFIG, params: [HIDDEN_PARAM],
+      config: CONFIG,
+      params: [HIDDEN_PARAM, { name: "hover", views: panels.map((p) => `${p.name}_strips`),
+                               select: { type: "point", encodings: ["x"], on: "pointermove", nearest: true,
+                                         clear: "pointerout" } }],
       data: { name: "epochs" }, datasets: { epochs: rows },
       vconcat: panels, resolve: { scale: { x: "independent", y: "independent", color: "shared" } },
     };
@@ -238,7 +243,7 @@
     const withInterval = rows.some((r) => present(r.low) && present(r.high));
     const horizons = horizonsOf(ablation);
     const y = { field: "label", type: "nominal", title: null, sort: { field: "matched_reward", order: "descending" },
-                axis: { labelLimit: 150 } };
+                axis: { labelLimit: 210 } };
     const color = colourEncoding(ablation);
     const tooltip = [{ field: "label", title: "run" }, { field: "matched_reward", title: "matched reward", format: ".3f" },
                      ...(withInterval ? [{ field: "interval", title: `${level} interval` }] : [])];
@@ -330,7 +335,8 @@
     const rows = ablation.runs.map((run) => {
       const row = el("tr", { class: "run", "data-run": run.run_id, title: "click: hide/show · shift-click: this run only" },
         el("td", {}, el("span", { class: "swatch", style: { background: run.colour } })),
-        el("td", {}, el("div", { class: "label" }, run.label), el("div", { class: "id" }, run.run_id)),
+        el("td", {}, el("div", { class: "label" }, run.label),
+           run.label === run.run_id ? null : el("div", { class: "id" }, run.run_id)),
         el("td", { class: "n" }, present(run.n_epochs) ? `${run.n_epochs} (${run.first_epoch}–${run.last_epoch})` : "–",
            present(run.missing_epochs) && run.missing_epochs > 0 ? el("div", { class: "id" }, `${run.missing_epochs} missing`) : null),
         el("td", { class: "n" }, num(run.final_reward)),
@@ -344,11 +350,17 @@
     return el("table", { class: "runs" }, el("thead", {}, head), el("tbody", {}, rows));
   }
 
+  /** A run's label with its colour, for the tables. */
+  function runName(ablation, runId) {
+    const run = ablation.runs.find((r) => r.run_id === runId) || { label: runId, colour: "#999" };
+    return el("span", { class: "run-name", title: runId }, el("span", { class: "swatch", style: { background: run.colour } }),
+              run.label);
+  }
+
   function contrastsTable(ablation) {
     const rows = ablation.contrasts;
     if (!rows.length) return el("p", { class: "note" }, "No pair of runs to compare in this ablation.");
     const has = (column) => rows.some((r) => r[column] !== undefined && r[column] !== null);
-    const label = (id) => (ablation.runs.find((r) => r.run_id === id) || { label: id }).label;
     const resolvedOf = (r) => {
       if (r.resolved !== undefined && r.resolved !== null) return r.resolved;
       return present(r.ci_low) && present(r.ci_high) ? r.ci_low > 0 || r.ci_high < 0 : null;
@@ -361,7 +373,7 @@
       const resolved = resolvedOf(r);
       const verdict = resolved === null ? "–" : resolved ? `yes: ${r.delta > 0 ? "B" : "A"} ahead` : "no";
       return el("tr", {},
-        el("td", {}, label(r.run_a)), el("td", {}, label(r.run_b)),
+        el("td", {}, runName(ablation, r.run_a)), el("td", {}, runName(ablation, r.run_b)),
         el("td", { class: "n" }, signed(r.delta)), el("td", { class: "n" }, interval(r.ci_low, r.ci_high)),
         has("ci_method") ? el("td", {}, r.ci_method ?? "–") : null, has("unit") ? el("td", {}, r.unit ?? "–") : null,
         el("td", { class: "n" }, num(r.prob_improvement)),
@@ -376,10 +388,10 @@
 
   function snapshotsTable(ablation) {
     if (!ablation.snapshots.length) return el("p", { class: "note" }, "No snapshots.");
-    const label = (id) => (ablation.runs.find((r) => r.run_id === id) || { label: id }).label;
     const body = ablation.snapshots.map((s) => el("tr", {},
-      el("td", {}, label(s.run_id)), el("td", {}, s.role), el("td", { class: "n" }, present(s.epoch) ? s.epoch : "–"),
-      el("td", {}, s.model_name ? [el("code", { class: "model" }, s.model_name), " ", copyButton(s.model_name)] : "–")));
+      el("td", {}, runName(ablation, s.run_id)), el("td", {}, s.role), el("td", { class: "n" }, present(s.epoch) ? s.epoch : "–"),
+      el("td", { class: "model" }, s.model_name ? [el("code", { class: "model" }, s.model_name), " ", copyButton(s.model_name)]
+                                                : "–")));
     return el("table", { class: "data" },
       el("thead", {}, el("tr", {}, el("th", {}, "run"), el("th", {}, "role"), el("th", { class: "n" }, "epoch"),
                           el("th", {}, "model name (call it by this)"))),
@@ -479,7 +491,7 @@
 
   async function drawSection(section) {
     const { ablation, nodes } = section;
-    section.views.forest = (await vegaEmbed(nodes.forest, forestSpec(ablation, 190), EMBED)).view;
+    section.views.forest = (await vegaEmbed(nodes.forest, forestSpec(ablation, 170), EMBED)).view;
     // the curves take the room the forest leaves, less their y axis and title beside the plot
     const curvesWidth = Math.max(360, nodes.charts.clientWidth - nodes.forest.offsetWidth - 24 - 90);
     section.rows = epochRows(ablation, explorer.weight);
@@ -542,7 +554,7 @@
     return section;
   }
 
-  function toolbar() {
+  function toolbar(withControls) {
     const value = el("output", { class: "weight" }, explorer.weight.toFixed(3));
     const slider = el("input", { type: "range", min: 0, max: Math.max(MAX_WEIGHT, SETTINGS.ema_weight), step: 0.001,
                                  value: SETTINGS.ema_weight, id: "smoothing", "aria-label": "smoothing weight" });
@@ -565,9 +577,9 @@
     return el("div", { class: "toolbar" },
       el("div", { class: "brand" }, DATA.index ? el("a", { href: DATA.index }, "← all ablations") : null,
          el("strong", {}, "GRPO run explorer")),
-      el("label", { class: "smoothing", for: "smoothing" }, "Smoothing", slider, value, reset),
-      el("div", { class: "hint" }, "scroll on a chart: zoom epochs · drag: pan · double-click: reset · "
-        + "click a run: hide/show · shift-click: that run only"));
+      withControls ? el("label", { class: "smoothing", for: "smoothing" }, "Smoothing", slider, value, reset) : null,
+      withControls ? el("div", { class: "hint" }, "scroll on a chart: zoom epochs · drag: pan · double-click: reset · "
+        + "click a run: hide/show · shift-click: that run only") : null);
   }
 
   function overview() {
@@ -585,7 +597,7 @@
     const footer = el("footer", {}, `Drawn with ${DATA.library}, inlined: this page needs no network. `
       + `Smoothing: TensorBoard's debiased EMA; at ${SETTINGS.ema_weight} it equals reward_ema. `
       + `Matched reward: mean of the last ${SETTINGS.final_window} epochs at or before the horizon.`);
-    root.replaceChildren(toolbar());
+    root.replaceChildren(toolbar(DATA.ablations.length > 0));
     if (DATA.overview) root.append(overview());
     explorer.sections = DATA.ablations.map(sectionFor);
     for (const section of explorer.sections) root.append(section.node);
