@@ -100,7 +100,7 @@ def _run_entries(members: pl.DataFrame, summary: pl.DataFrame) -> list[dict]:
     by_run = {row["run_id"]: row for row in numbers.to_dicts()}
     return [{"run_id": run, "label": label or run, "colour": colours[run],
              **{k: v for k, v in by_run.get(run, {}).items() if k != "run_id"}}
-            for run, label in zip(run_ids, members["label"].to_list())]
+            for run, label in zip(run_ids, members["label"].to_list(), strict=True)]
 
 
 def _series(epochs: pl.DataFrame) -> dict[str, dict[str, list]]:
@@ -133,7 +133,7 @@ def page_names(ablations: list[str | None]) -> dict[str | None, str]:
     """Each ablation's page under ablations/, file-name safe and distinct (a short hash settles a clash of stems)."""
     stems = [file_stem(a) for a in ablations]
     names = {}
-    for ablation, stem in zip(ablations, stems):
+    for ablation, stem in zip(ablations, stems, strict=True):
         if stems.count(stem) > 1:
             stem += "-" + hashlib.sha256(repr(ablation).encode()).hexdigest()[:8]
         names[ablation] = f"{ABLATION_FOLDER}/{stem}.html"

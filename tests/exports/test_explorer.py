@@ -8,15 +8,20 @@ from html.parser import HTMLParser
 import dagster as dg
 import polars as pl
 import pytest
+from export_tables import tables  # noqa: F401  (the fixture)
+from test_export_assets import build_tables, write_build_db
 
 from pipelines.defs.exports.assets import run_explorer
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports.explorer import (
-    MAX_ABLATIONS_ON_INDEX, ExplorerSettings, ExplorerTables, ablation_payload, explorer_pages, render_page,
+    MAX_ABLATIONS_ON_INDEX,
+    ExplorerSettings,
+    ExplorerTables,
+    ablation_payload,
+    explorer_pages,
+    render_page,
 )
 from pipelines.exports.figure import run_colours
-from export_tables import tables  # noqa: F401  (the fixture)
-from test_export_assets import build_tables, write_build_db
 
 SETTINGS = ExplorerSettings(ema_weight=0.8, snapshot_model_prefix="model-")
 
@@ -63,7 +68,8 @@ def parsed(page: bytes) -> Elements:
 
 def page_data(page: bytes) -> dict:
     elements = parsed(page)
-    data = [text for (tag, attrs), text in zip([t for t in elements.tags if t[0] == "script"], elements.scripts)
+    scripts = [attrs for tag, attrs in elements.tags if tag == "script"]
+    data = [text for attrs, text in zip(scripts, elements.scripts, strict=True)
             if attrs.get("type") == "application/json"]
     assert len(data) == 1
     return json.loads(data[0])

@@ -9,7 +9,6 @@ import time
 
 import duckdb
 import pytest
-
 from test_browser import ARTIFACTS, CHROMIUM_FLAGS, find_browser
 
 pytestmark = pytest.mark.slow
@@ -114,7 +113,8 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     sections = driver.execute_script("return window.explorer.sections.map(s => s.ablation.name)")
     assert sections == ablations
     colours = driver.execute_script(
-        "return Object.fromEntries(window.explorer.sections.flatMap(s => s.ablation.runs.map(r => [r.run_id, r.colour])))")
+        "return Object.fromEntries(window.explorer.sections"
+        ".flatMap(s => s.ablation.runs.map(r => [r.run_id, r.colour])))")
     assert sorted(colours) == [run for run, _ in runs]
     for run, ablation in runs:  # every run of every ablation is drawn: its points, its line
         assert marks_of(driver, ablations.index(ablation), colours[run]) > 100, run
@@ -137,7 +137,7 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
         rows = [e for e in epochs if e[0] == run_id]
         independent = tensorboard_ema([e[2] for e in rows], weight)
         drawn = drawn_rows(driver, ablations.index(dict(runs)[run_id]), run_id)
-        for (_, epoch, _, reward_ema, _), expected in list(zip(rows, independent))[::37]:
+        for (_, epoch, _, reward_ema, _), expected in list(zip(rows, independent, strict=True))[::37]:
             assert drawn[epoch]["smoothed"] == pytest.approx(reward_ema, rel=1e-12, abs=1e-15), (run_id, epoch)
             assert drawn[epoch]["smoothed"] == pytest.approx(expected, rel=1e-12, abs=1e-15), (run_id, epoch)
 

@@ -13,8 +13,11 @@ import matplotlib
 import polars as pl
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.exports import figure as figure_module, files as files_module, report as report_module
-from pipelines.exports import explorer as explorer_module, state as state_module
+from pipelines.exports import explorer as explorer_module
+from pipelines.exports import figure as figure_module
+from pipelines.exports import files as files_module
+from pipelines.exports import report as report_module
+from pipelines.exports import state as state_module
 from pipelines.exports.explorer import ExplorerSettings, ExplorerTables, explorer_pages, library_versions
 from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw_figures
 from pipelines.exports.files import table_files, write_if_changed
@@ -55,7 +58,8 @@ PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the eve
 
 def _code_version() -> str:
     """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
-    digest = hashlib.sha256(f"matplotlib {matplotlib.__version__} polars {pl.__version__} {library_versions()}".encode())
+    libraries = f"matplotlib {matplotlib.__version__} polars {pl.__version__} {library_versions()}"
+    digest = hashlib.sha256(libraries.encode())
     for module in (figure_module, files_module, report_module, state_module, explorer_module, sys.modules[__name__]):
         digest.update(Path(module.__file__).read_bytes())
     for asset in sorted(explorer_module.ASSETS.iterdir()):
