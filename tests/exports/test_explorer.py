@@ -138,6 +138,12 @@ def test_the_same_tables_give_the_same_bytes(tables):
     assert render_page("t", {"a": 1}) != render_page("t", {"a": 2})
 
 
+def test_a_warehouse_without_runs_gets_a_page_saying_so(tables):
+    empty = {name: frame.clear() for name, frame in tables.items()}
+    pages = explorer_pages(explorer_tables(empty, breakdowns=pl.DataFrame()), SETTINGS)
+    assert list(pages) == ["index.html"] and page_data(pages["index.html"])["ablations"] == []
+
+
 def many_ablations(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     """Each run an ablation of its own, plus two names that make the same file stem."""
     names = {"r_long": "a b", "r_mid": "a_b", "r_short": "third", "solo": "fourth"}

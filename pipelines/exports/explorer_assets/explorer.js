@@ -333,7 +333,8 @@
                     el("th", { class: "n" }, `final reward`), el("th", { class: "n" }, "peak EMA (epoch)"),
                     el("th", { class: "n" }, "matched reward"), withInterval ? el("th", { class: "n" }, `${level} interval`) : null);
     const rows = ablation.runs.map((run) => {
-      const row = el("tr", { class: "run", "data-run": run.run_id, title: "click: hide/show · shift-click: this run only" },
+      const row = el("tr", { class: "run", "data-run": run.run_id, tabindex: 0,
+                             title: "click: hide/show · shift-click: this run only" },
         el("td", {}, el("span", { class: "swatch", style: { background: run.colour } })),
         el("td", {}, el("div", { class: "label" }, run.label),
            run.label === run.run_id ? null : el("div", { class: "id" }, run.run_id)),
@@ -344,6 +345,12 @@
         el("td", { class: "n" }, num(run.matched_reward)),
         withInterval ? el("td", { class: "n" }, interval(run.matched_ci_low, run.matched_ci_high)) : null);
       row.addEventListener("click", (event) => toggleRun(section, run.run_id, event.shiftKey || event.altKey));
+      row.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          toggleRun(section, run.run_id, event.shiftKey);
+        }
+      });
       section.runRows[run.run_id] = row;
       return row;
     });
