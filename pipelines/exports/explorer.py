@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.exports.figure import file_stem, run_colours
+from pipelines.exports.files import write_if_changed
 from pipelines.exports.report import ordered_ablations
 
 ASSETS = Path(__file__).with_name("explorer_assets")
@@ -64,11 +65,26 @@ class ExplorerTables:
 
 
 @functools.cache
-def vega_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed as one script (vl-convert's bundle; the same bytes for one vl-convert)."""
+def _bundled() -> str:
     import vl_convert
 
     return vl_convert.javascript_bundle()
+
+
+def vega_bundle(cache: Path | None = None) -> str:
+    """Vega, Vega-Lite and vega-embed as one script: vl-convert's bundle, the same bytes for one vl-convert version.
+
+    Making it takes seconds, so it is kept in the folder cache, if given, under that version.
+    """
+    import vl_convert
+
+    kept = Path(cache) / f"vl-convert-{vl_convert.__version__}.js" if cache is not None else None
+    if kept is not None and kept.is_file():
+        return kept.read_text(encoding="utf-8")
+    bundle = _bundled()
+    if kept is not None:
+        write_if_changed(kept, bundle.encode())
+    return bundle
 
 
 def library_versions() -> str:
@@ -149,9 +165,10 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
-def render_page(title: str, payload: dict) -> bytes:
-    """A whole page: the bundled charting library, the explorer's style and script, the data; nothing fetched."""
-    library = vega_bundle().replace("</script", "<\\/script")
+def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
+    """A whole page: the charting library (vega_bundle()), the explorer's style and script, the data; nothing
+    fetched."""
+    library = (library or vega_bundle()).replace("</script", "<\\/script")
     return (
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
@@ -172,17 +189,21 @@ def _overview(ablation: str | None, payload: dict, page: str) -> dict:
             "leader": scored[0] if scored else None}
 
 
-def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings) -> dict[str, bytes]:
-    """File name (relative to the explorer folder) -> bytes: index.html, plus ablations/<name>.html when many."""
+def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: str | None = None) -> dict[str, bytes]:
+    """File name (relative to the explorer folder) -> bytes: index.html, plus ablations/<name>.html when many.
+
+    library: the charting library's script (vega_bundle() when not given).
+    """
+    library = library or vega_bundle()
     common = {"settings": asdict(settings), "library": library_versions()}
     ablations = ordered_ablations(tables.runs)
     payloads = {ablation: ablation_payload(ablation, tables) for ablation in ablations}
     if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
-        return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())})}
+        return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())}, library)}
     names = page_names(ablations)
     files = {INDEX: render_page("GRPO run explorer", {
-        **common, "ablations": [], "overview": [_overview(a, payloads[a], names[a]) for a in ablations]})}
+        **common, "ablations": [], "overview": [_overview(a, payloads[a], names[a]) for a in ablations]}, library)}
     for ablation, payload in payloads.items():
         files[names[ablation]] = render_page(f"{ablation or 'unassigned'} · GRPO run explorer",
-                                             {**common, "ablations": [payload], "index": f"../{INDEX}"})
+                                             {**common, "ablations": [payload], "index": f"../{INDEX}"}, library)
     return files

@@ -20,6 +20,7 @@ from pipelines.exports.explorer import (
     ablation_payload,
     explorer_pages,
     render_page,
+    vega_bundle,
 )
 from pipelines.exports.figure import run_colours
 
@@ -142,6 +143,14 @@ def test_a_warehouse_without_runs_gets_a_page_saying_so(tables):
     empty = {name: frame.clear() for name, frame in tables.items()}
     pages = explorer_pages(explorer_tables(empty, breakdowns=pl.DataFrame()), SETTINGS)
     assert list(pages) == ["index.html"] and page_data(pages["index.html"])["ablations"] == []
+
+
+def test_the_library_is_kept_under_its_version_and_read_back(tmp_path):
+    bundle = vega_bundle(tmp_path)
+    [kept] = tmp_path.iterdir()
+    assert kept.name.startswith("vl-convert-") and kept.read_text() == bundle and "vegaEmbed" in bundle
+    kept.write_text("window.kept = true;")
+    assert vega_bundle(tmp_path) == "window.kept = true;"
 
 
 def many_ablations(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

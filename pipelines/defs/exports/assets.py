@@ -18,12 +18,18 @@ from pipelines.exports import figure as figure_module
 from pipelines.exports import files as files_module
 from pipelines.exports import report as report_module
 from pipelines.exports import state as state_module
-from pipelines.exports.explorer import ExplorerSettings, ExplorerTables, explorer_pages, library_versions
+from pipelines.exports.explorer import (
+    ExplorerSettings,
+    ExplorerTables,
+    explorer_pages,
+    library_versions,
+    vega_bundle,
+)
 from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw_figures
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
 from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, record, recorded_metadata
-from pipelines.warehouse_db import model_fingerprints, open_build_db
+from pipelines.warehouse_db import build_dir, model_fingerprints, open_build_db
 
 GROUP = "exports"
 FIGURES = "figures"
@@ -321,7 +327,7 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         "snapshots": "select * from snapshots order by run_id",
         "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
     }, EXPLORER_INPUTS)
-    pages = explorer_pages(ExplorerTables(**tables), settings)
+    pages = explorer_pages(ExplorerTables(**tables), settings, vega_bundle(build_dir(warehouse.warehouse) / EXPLORER))
     written = [page for page, content in pages.items() if write_if_changed(folder / page, content)]
     stale = [path for path in folder.rglob("*.html") if path.relative_to(folder).as_posix() not in pages]
     for path in stale:
