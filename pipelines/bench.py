@@ -31,6 +31,14 @@ TARGET_DUCKDB_VS_INGEST = 2.0  # ingest at least 2x faster than plain DuckDB, at
 TARGET_PEAK_BYTES = 1 * GIB  # at 100x
 TARGET_NOCHANGE_GROWTH = 1.5  # no-change rebuild time, 1x -> 100x
 TARGET_ONE_FILE_SHARE = 0.05  # one new epoch file at 100x, as a share of a full ingest
+TARGET_BUILD_VS_JSON = 10.0  # fresh whole build within 10x of a 1-process json.loads read-and-decode, at 10x
+TARGET_BUILD_VS_INGEST = 3.0  # fresh whole build within 3x of the ingest alone, at 100x
+TARGET_INGEST_IN_BUILD = 1.25  # the build's ingest steps within 1.25x of the ingest alone, at 10x and 100x
+TARGET_FIGURE_CPU = 0.3  # CPU seconds of one ablation's figure files, the most costly ablation
+TARGET_BOOTSTRAP_SHARE = 0.10  # bootstrap_means' share of a fresh whole build
+TARGET_QUERY_SECONDS = 0.3  # `grpo-warehouse sql "select 1"`, process wall, start-up included
+QUERY_REPEAT = 5  # the query is timed this many times, median reported
+BOOTSTRAP_STEPS = ("bootstrap_means",)  # the steps that resample (ablation_contrasts reads their means)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -88,6 +96,22 @@ def step_decode(releases: list[str], workers: int) -> dict:
     files, size, fallbacks = (sum(p[i] for p in parts) for i in range(3))
     return {"seconds": time.perf_counter() - started, "files": files, "bytes": size, "stdlib_fallbacks": fallbacks,
             "workers": workers, "runs": len(runs)}
+
+
+def step_json(releases: list[str]) -> dict:
+    """The plain reference: list, read and decode every epoch file with the stdlib json.loads, in one process."""
+    started = time.perf_counter()
+    runs, _ = _runs(releases)
+    files = size = 0
+    for run in runs:
+        for path in _epoch_paths(run):
+            data = path.read_bytes()
+            files, size = files + 1, size + len(data)
+            try:
+                json.loads(data)
+            except ValueError:
+                pass  # a damaged file costs its read; the ingest quarantines it
+    return {"seconds": time.perf_counter() - started, "files": files, "bytes": size}
 
 
 def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
@@ -216,6 +240,29 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
     return {"seconds": seconds, "status": status, "steps": steps}
 
 
+def step_figures(warehouse: str) -> dict:
+    """Each ablation's figure files (PNG, SVG, the UI's preview) drawn from a built warehouse, one after another in
+    this process: the CPU seconds of each, as ablation_figures' workers spend them."""
+    import duckdb
+
+    from pipelines.defs.exports.assets import EPOCHS_SQL, RUNS_SQL
+    from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw
+    from pipelines.exports.report import ordered_ablations
+    from pipelines.settings import published_path
+
+    with duckdb.connect(str(published_path(Path(warehouse))), read_only=True) as con:
+        runs, epochs = con.sql(RUNS_SQL).pl(), con.sql(EPOCHS_SQL).pl()
+        summary = con.sql("select * from run_summary order by run_id").pl()
+    started = time.perf_counter()
+    cpu = []
+    for ablation in ordered_ablations(runs):
+        job = FigureJob(ablation, ablation_inputs(ablation, runs, epochs, summary), Smoothing(), 50, preview=True)
+        begun = time.process_time()
+        draw(job)
+        cpu.append(time.process_time() - begun)
+    return {"seconds": time.perf_counter() - started, "ablations": len(cpu), "cpu_per_ablation": cpu}
+
+
 def step_sensor(releases: list[str], lake: str) -> dict:
     """A tick of the release sensor with nothing changed, after the lake was built: the look at the releases and the
     cursor it stores (the first tick, from an empty cursor, is not timed)."""
@@ -231,7 +278,7 @@ def step_sensor(releases: list[str], lake: str) -> dict:
             "runs_to_ingest": len(tick.runs_to_ingest), "quiet_runs": sum(w.quiet for w in tick.state.values())}
 
 
-STEPS = {"decode": step_decode, "ingest": step_ingest, "duckdb": step_duckdb, "pandas": step_pandas,
+STEPS = {"decode": step_decode, "json": step_json, "figures": step_figures, "ingest": step_ingest, "duckdb": step_duckdb, "pandas": step_pandas,
          "build": step_build, "sensor": step_sensor}
 
 
@@ -350,6 +397,22 @@ def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
     return Measurement(step, wall, peak, max(peak_tree, peak), result)
 
 
+def measure_query(warehouse: Path) -> Measurement:
+    """`grpo-warehouse sql "select 1"` as a user runs it (the console script's own two lines), timed from outside:
+    its wall time and CPU, interpreter start-up and imports included."""
+    import resource
+
+    command = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())",
+               "sql", "select 1", "--warehouse", str(warehouse)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, env=_step_environment())
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return Measurement("query", wall, 0, 0, {"seconds": wall, "cpu_seconds": cpu})
+
+
 def add_epoch_file(releases: list[str], nth: int = 0) -> Path:
     """Adds one epoch document to the nth run: a copy of its last epoch, numbered one past it, in the same layout."""
     from pipelines.release.discover import list_run
@@ -410,6 +473,7 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
 
     # The baselines first, on exactly the files the full ingest sees; the incremental figures add files after.
     run("decode_lower_bound", "decode", releases=releases, workers=workers)
+    run("json_decode", "json", releases=releases)
     run("duckdb", "duckdb", before=fresh(work / "duckdb"), releases=releases, out=str(work / "duckdb"),
         workers=workers)
     shutil.rmtree(work / "duckdb", ignore_errors=True)
@@ -431,6 +495,11 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
         return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
     warehouse = work / "warehouse"
     run("build_full", "build", before=fresh(warehouse), releases=releases, warehouse=str(warehouse), workers=workers)
+    run("figures", "figures", warehouse=str(warehouse))
+    for _ in range(QUERY_REPEAT * repeat):
+        m = measure_query(warehouse)
+        figures.setdefault("query", []).append(m)
+        say(f"  [{label}] query: {m.wall_seconds:.2f} s, cpu {m.result['cpu_seconds']:.2f} s")
     run("build_no_change", "build", releases=releases, warehouse=str(warehouse), workers=workers)
     run("build_one_file", "build", before=lambda _a: add_epoch_file(releases, next(added)),
         releases=releases, warehouse=str(warehouse), workers=workers)
@@ -486,13 +555,38 @@ def summarize(raw: dict) -> dict:
         summary["pandas_vs_ingest"] = s["pandas"] / s["ingest_full"]
     if "ingest_1_worker" in s:
         summary["parallel_speedup"] = s["ingest_1_worker"] / s["ingest_full"]
+    if "json_decode" in s:
+        summary["json_vs_decode"] = s["json_decode"] / s["decode_lower_bound"]
     for name in ("build_full", "build_no_change", "build_one_file") if "build_full" in raw else ():
         steps = raw[name][0]["result"]["steps"]
         ingest, rest = _model_seconds(steps)
         summary[f"{name}_steps"] = {"ingest": ingest, "models_and_exports": rest,
                                     "outside_steps": raw[name][0]["wall_seconds"] - ingest - rest,
                                     "by_step": steps}
+    if "build_full" in raw:
+        summary.update(build_ratios(raw, summary))
     return summary
+
+
+def build_ratios(raw: dict, summary: dict) -> dict:
+    """The fresh whole build against its references, the bootstrap's share of it, the figures' and the query's cost."""
+    s, wall, steps = summary["seconds"], summary["process_seconds"], summary["build_full_steps"]
+    bootstrap = sum(steps["by_step"].get(name, 0.0) for name in BOOTSTRAP_STEPS)
+    ratios = {
+        "build_vs_json": wall["build_full"] / s["json_decode"] if "json_decode" in s else None,
+        "build_vs_ingest": wall["build_full"] / wall["ingest_full"],
+        "ingest_in_build": steps["ingest"] / s["ingest_full"],
+        "bootstrap_seconds": bootstrap,
+        "bootstrap_share": bootstrap / wall["build_full"],
+    }
+    if "figures" in raw:
+        cpu = raw["figures"][0]["result"]["cpu_per_ablation"]
+        ratios.update(figure_ablations=len(cpu), figure_cpu_max=max(cpu, default=0.0),
+                      figure_cpu_median=median(cpu) if cpu else 0.0)
+    if "query" in raw:
+        ratios.update(query_seconds=median(m["wall_seconds"] for m in raw["query"]),
+                      query_cpu=median(m["result"]["cpu_seconds"] for m in raw["query"]))
+    return ratios
 
 
 def check_targets(results: dict[str, dict]) -> list[dict]:
@@ -520,6 +614,8 @@ def check_targets(results: dict[str, dict]) -> list[dict]:
                 f"< {100 * TARGET_ONE_FILE_SHARE:.0f}", summary["one_file_share"] < TARGET_ONE_FILE_SHARE, "%")
         add(label, "no-change rebuild parses nothing", summary["no_change_files_parsed"], "0",
             summary["no_change_files_parsed"] == 0, "files")
+        if "build_vs_ingest" in summary:
+            build_targets(label, scale, summary, add)
     scaled = sorted((res["scale"], res["summary"]) for res in results.values() if res.get("scale"))
     if len(scaled) >= 2:
         (lo, small), (hi, large) = scaled[0], scaled[-1]
@@ -533,6 +629,27 @@ def check_targets(results: dict[str, dict]) -> list[dict]:
             add(span, f"no-change rebuild time growth ({what}, process wall)", growth, bar,
                 growth < TARGET_NOCHANGE_GROWTH, "x")
     return checks
+
+
+def build_targets(label: str, scale: int | None, summary: dict, add) -> None:
+    """The whole build's targets: against its references at 10x and 100x, its parts at every scale."""
+    if scale == 10 and summary.get("build_vs_json") is not None:
+        add(label, "fresh whole build / 1-process json.loads read-and-decode", summary["build_vs_json"],
+            f"<= {TARGET_BUILD_VS_JSON:g}", summary["build_vs_json"] <= TARGET_BUILD_VS_JSON, "x")
+    if scale is None or scale >= 100:
+        add(label, "fresh whole build / ingest alone (process wall)", summary["build_vs_ingest"],
+            f"<= {TARGET_BUILD_VS_INGEST:g}", summary["build_vs_ingest"] <= TARGET_BUILD_VS_INGEST, "x")
+    if scale is None or scale >= 10:
+        add(label, "ingest steps in the build / ingest alone", summary["ingest_in_build"],
+            f"<= {TARGET_INGEST_IN_BUILD:g}", summary["ingest_in_build"] <= TARGET_INGEST_IN_BUILD, "x")
+    add(label, "bootstrap_means / fresh whole build", 100 * summary["bootstrap_share"],
+        f"<= {100 * TARGET_BOOTSTRAP_SHARE:g}", summary["bootstrap_share"] <= TARGET_BOOTSTRAP_SHARE, "%")
+    if "figure_cpu_max" in summary:
+        add(label, "figure files of the costliest ablation (cpu)", summary["figure_cpu_max"],
+            f"<= {TARGET_FIGURE_CPU:g}", summary["figure_cpu_max"] <= TARGET_FIGURE_CPU, "s")
+    if "query_seconds" in summary:
+        add(label, 'grpo-warehouse sql "select 1" (process wall, median)', summary["query_seconds"],
+            f"<= {TARGET_QUERY_SECONDS:g}", summary["query_seconds"] <= TARGET_QUERY_SECONDS, "s")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -564,7 +681,7 @@ def _fmt_s(value: float | None) -> str:
 
 
 def _fmt_mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.0f} MiB"
+    return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
 def format_table(label: str, summary: dict) -> str:
@@ -576,6 +693,9 @@ def format_table(label: str, summary: dict) -> str:
          f"{ingest / s['decode_lower_bound']:.2f}x = ingest / this", "decode_lower_bound"),
         ("ingest, full", ingest, wall["ingest_full"], "", "ingest_full"),
     ]
+    if "json_decode" in s:
+        rows.insert(1, ("json.loads read-and-decode, 1 process", s["json_decode"], wall["json_decode"],
+                        f"{summary['json_vs_decode']:.2f}x = this / lower bound", "json_decode"))
     if "ingest_1_worker" in s:
         rows.append(("ingest, full, 1 worker", s["ingest_1_worker"], wall["ingest_1_worker"],
                      f"{summary['parallel_speedup']:.2f}x = speedup of the pool", "ingest_1_worker"))
@@ -605,7 +725,17 @@ def format_table(label: str, summary: dict) -> str:
                 f"outside steps {steps['outside_steps']:.2f} s")
         if name == "build_one_file":
             note += f"; {100 * summary['build_one_file_share']:.1f}% of fresh"
+        if name == "build_full":
+            note += (f"; {wall[name] / s['json_decode']:.1f}x json.loads, {summary['build_vs_ingest']:.1f}x ingest; "
+                     f"its ingest steps {summary['ingest_in_build']:.2f}x the ingest alone")
         rows.append((what, s[name], wall[name], note, name))
+    if "figures" in s:
+        rows.append(("figures, one ablation after another", s["figures"], wall["figures"],
+                     f"{summary['figure_ablations']} ablations, cpu each: median {summary['figure_cpu_median']:.2f} s, "
+                     f"most {summary['figure_cpu_max']:.2f} s", "figures"))
+    if "query" in s:
+        rows.append(('sql "select 1" (process, start-up included)', s["query"], wall["query"],
+                     f"median of {QUERY_REPEAT} runs", "query"))
     header = (f"\n{label}: {summary['runs']} runs, {summary['files']:,} epoch files, {summary['bytes'] / 1e6:,.0f} MB "
               f"of JSON, {summary['trajectories']:,} trajectories; {summary['stdlib_fallbacks']} file(s) need the "
               f"stdlib parser (NaN/Infinity)")
@@ -617,6 +747,10 @@ def format_table(label: str, summary: dict) -> str:
                  f"of the process and its pool; ingest / lower bound on cpu: "
                  f"{cpu['ingest_full'] / cpu['decode_lower_bound']:.2f}x, DuckDB / ingest on cpu: "
                  f"{cpu['duckdb'] / cpu['ingest_full']:.2f}x)")
+    if "build_full_steps" in summary:
+        by_step = sorted(summary["build_full_steps"]["by_step"].items(), key=lambda item: -item[1])
+        lines.append("  fresh build's costliest steps (wall): " + ", ".join(f"{k} {v:.2f} s" for k, v in by_step[:8])
+                     + f"; bootstrap {100 * summary['bootstrap_share']:.1f}% of the build")
     return "\n".join(lines)
 
 

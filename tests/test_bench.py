@@ -5,7 +5,7 @@ from pathlib import Path
 
 from conftest import epoch_document, write_epoch_file
 
-from pipelines.bench import add_epoch_file, check_targets, format_table, run_bench
+from pipelines.bench import build_ratios, add_epoch_file, check_targets, format_table, run_bench
 
 
 def tiny_release(root: Path) -> Path:
@@ -53,7 +53,8 @@ def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
         measurement = raw[name][0]
         assert measurement["wall_seconds"] > 0 and measurement["peak_rss_bytes"] > 0, name
     text = "\n".join(lines)
-    for figure in ("decode-only lower bound", "ingest, full", "1 worker", "no change", "one new epoch file",
+    for figure in ("decode-only lower bound", "json.loads read-and-decode", "ingest, full", "1 worker", "no change",
+                   "one new epoch file",
                    "sensor tick", "plain DuckDB", "pandas", "targets:"):
         assert figure in text, figure
     assert json.loads((tmp_path / "bench.json").read_text())["machine"]["nproc"] >= 1
@@ -95,3 +96,35 @@ def test_format_table_names_each_row():
         "one_file_share": 1.0,
     })
     assert "plain DuckDB" in text and "whole build" not in text
+
+
+def test_the_whole_build_is_judged_against_its_references_and_its_parts():
+    steps = {"select_runs": 0.5, "release_runs": 0.25, "run_lake": 4.25, "fact_trajectories": 3.0,
+             "bootstrap_means": 2.0, "ablation_figures": 6.0}
+    raw = {
+        "build_full": [{"wall_seconds": 40.0, "result": {"steps": steps}}],
+        "figures": [{"result": {"cpu_per_ablation": [0.2, 0.4, 0.25]}}],
+        "query": [{"wall_seconds": w, "result": {"cpu_seconds": 0.1}} for w in (0.2, 0.5, 0.25)],
+    }
+    summary = {"seconds": {"json_decode": 5.0, "ingest_full": 4.0},
+               "process_seconds": {"build_full": 40.0, "ingest_full": 5.0},
+               "build_full_steps": {"ingest": 5.0, "by_step": steps}}
+    ratios = build_ratios(raw, summary)
+    assert ratios["build_vs_json"] == 8.0 and ratios["build_vs_ingest"] == 8.0
+    assert ratios["ingest_in_build"] == 1.25  # 5.0 s of ingest steps / 4.0 s alone
+    assert (ratios["bootstrap_seconds"], ratios["bootstrap_share"]) == (2.0, 0.05)
+    assert (ratios["figure_cpu_max"], ratios["figure_cpu_median"], ratios["query_seconds"]) == (0.4, 0.25, 0.25)
+
+    base = {"ingest_vs_decode": 1.0, "duckdb_vs_ingest": 3.0, "one_file_share": 0.01, "no_change_files_parsed": 0,
+            "peak_tree_rss_bytes": {}, "process_seconds": {}}
+    verdicts = {(c["scale"], c["target"]): c["holds"]
+                for c in check_targets({"scale 10x": {"scale": 10, "summary": {**base, **ratios}},
+                                        "scale 100x": {"scale": 100, "summary": {**base, **ratios}}})}
+    assert verdicts[("scale 10x", "fresh whole build / 1-process json.loads read-and-decode")] is True  # 8x
+    assert ("scale 100x", "fresh whole build / 1-process json.loads read-and-decode") not in verdicts
+    assert verdicts[("scale 100x", "fresh whole build / ingest alone (process wall)")] is False  # 8x, bar 3x
+    assert ("scale 10x", "fresh whole build / ingest alone (process wall)") not in verdicts
+    assert verdicts[("scale 10x", "ingest steps in the build / ingest alone")] is True  # exactly 1.25x
+    assert verdicts[("scale 10x", "bootstrap_means / fresh whole build")] is True
+    assert verdicts[("scale 10x", "figure files of the costliest ablation (cpu)")] is False  # 0.4 s
+    assert verdicts[("scale 10x", 'grpo-warehouse sql "select 1" (process wall, median)')] is True

@@ -32,6 +32,8 @@ _NO_DATE = {"svg": {"Date": None}, "png": {}}
 FIGURE_INCHES = (14, 7.2)
 LEGEND_COLUMNS = 4  # runs per row of the legend below the panels
 PREVIEW_SCALE = 0.4  # the UI's preview: the PNG shrunk to 60 dpi
+JOBS_PER_HELPER = 4  # figures to draw per helper process spawned (draw_figures)
+JOBS_AHEAD = 2  # figures handed to each helper before it finishes one
 NEEDED_EPOCH_COLUMNS = ["run_id", "epoch", "mean_reward", "reward_ema", "frac_zero_std_groups",
                         "sample_entropy", "train_entropy"]
 
@@ -277,13 +279,28 @@ def draw(job: FigureJob) -> tuple[dict[str, bytes], bytes | None]:
 
 
 def draw_figures(jobs: list[FigureJob], workers: int = 0) -> list[tuple[dict[str, bytes], bytes | None]]:
-    """Draws the figures, in order, spread over `workers` processes (0: one per core) when there are several.
+    """Draws the figures, in order: this process and up to `workers` - 1 helper processes (0: one per core).
 
-    matplotlib draws on one core, and the figures are independent: a process each is what uses the others. spawn,
-    not fork: the caller (a Dagster run) has threads, and polars' thread pool does not survive fork.
+    matplotlib draws on one core, and the figures are independent: helper processes are what use the others. A
+    helper starts by importing matplotlib and polars (about a second of CPU), so one is spawned per
+    JOBS_PER_HELPER figures at most, and this process draws too, from the first figure on, while they start. Each
+    helper is kept JOBS_AHEAD figures ahead, no more, so that the last figures go to whoever is free. spawn, not
+    fork: the caller (a Dagster run) has threads, and polars' thread pool does not survive fork.
     """
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
+    helpers = min((workers or os.cpu_count() or 1) - 1, len(jobs) // JOBS_PER_HELPER)
+    if helpers <= 0:
         return [draw(job) for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(draw, jobs))
+    drawn: list = [None] * len(jobs)
+    pending: dict = {}
+    waiting = iter(range(len(jobs)))
+    with ProcessPoolExecutor(helpers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for index in waiting:
+            for future in [f for f in pending if f.done()]:
+                drawn[pending.pop(future)] = future.result()
+            if len(pending) < helpers * JOBS_AHEAD:
+                pending[pool.submit(draw, jobs[index])] = index
+            else:
+                drawn[index] = draw(jobs[index])
+        for future, index in pending.items():
+            drawn[index] = future.result()
+    return drawn

@@ -7,9 +7,14 @@ import pytest
 from matplotlib.collections import PolyCollection
 
 from pipelines.exports.figure import (
+    JOBS_PER_HELPER,
     PAPER_FIGURE_NAMES,
+    FigureJob,
     Smoothing,
     ablation_figure,
+    ablation_inputs,
+    draw,
+    draw_figures,
     figure_files,
     file_stem,
     render,
@@ -143,3 +148,14 @@ def test_side_panels_draw_trailing_means_over_the_window_of_each_run():
     assert list(by_gid(entropy, "sample_entropy")["r1"].get_ydata()) == pytest.approx([1, 1.5, 2, 3, 4])
     assert list(by_gid(entropy, "train_entropy")["r1"].get_ydata()) == pytest.approx([5, 4.5, 4, 3, 2])
     assert "trailing 3-epoch mean" in zero.get_title(loc="left")
+
+
+def test_figures_drawn_with_helper_processes_are_those_drawn_here_in_the_same_order(tables):
+    # Enough figures for a helper process; each differs (its own smoothing), so a mix-up of order shows.
+    jobs = [FigureJob(ablation, ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"]),
+                      Smoothing(ema_weight=0.5 + 0.05 * i), final_window=2, preview=i == 0)
+            for i, ablation in enumerate(["abl", "other"] * (JOBS_PER_HELPER // 2))]
+    drawn = draw_figures(jobs, workers=2)
+    assert drawn == [draw(job) for job in jobs]
+    assert len({files[f"{job.ablation}.png"] for (files, _), job in zip(drawn, jobs)}) == len(jobs)
+    assert drawn[0][1].startswith(b"\xff\xd8") and all(preview is None for _, preview in drawn[1:])  # a JPEG
