@@ -180,13 +180,9 @@ def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
     ).encode()
 
 
-def _overview(ablation: str | None, payload: dict, page: str) -> dict:
-    """An ablation's line on the index page when it has a page of its own."""
-    runs = payload["runs"]
-    scored = sorted((r for r in runs if r.get("matched_reward") is not None), key=lambda r: -r["matched_reward"])
-    horizons = sorted({r["matched_horizon"] for r in runs if r.get("matched_horizon") is not None})
-    return {"name": ablation, "page": page, "n_runs": len(runs), "horizons": horizons,
-            "leader": scored[0] if scored else None}
+def _overview(payload: dict, page: str) -> dict:
+    """An ablation's line on the index page when it has a page of its own: its runs and contrasts, not its epochs."""
+    return {"name": payload["name"], "page": page, "runs": payload["runs"], "contrasts": payload["contrasts"]}
 
 
 def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: str | None = None) -> dict[str, bytes]:
@@ -202,7 +198,7 @@ def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: 
         return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())}, library)}
     names = page_names(ablations)
     files = {INDEX: render_page("GRPO run explorer", {
-        **common, "ablations": [], "overview": [_overview(a, payloads[a], names[a]) for a in ablations]}, library)}
+        **common, "ablations": [], "overview": [_overview(payloads[a], names[a]) for a in ablations]}, library)}
     for ablation, payload in payloads.items():
         files[names[ablation]] = render_page(f"{ablation or 'unassigned'} · GRPO run explorer",
                                              {**common, "ablations": [payload], "index": f"../{INDEX}"}, library)

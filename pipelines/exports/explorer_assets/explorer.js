@@ -590,14 +590,15 @@
   }
 
   function overview() {
-    const rows = DATA.overview.map((a) => el("tr", {},
-      el("td", {}, el("a", { href: a.page }, a.name ?? "unassigned")), el("td", { class: "n" }, a.n_runs),
-      el("td", { class: "n" }, a.horizons.join(", ") || "–"),
-      el("td", {}, a.leader ? a.leader.label : "–"), el("td", { class: "n" }, a.leader ? num(a.leader.matched_reward) : "–")));
-    return el("section", { class: "ablation" }, el("h2", {}, "Ablations", el("span", { class: "sub" }, `${DATA.overview.length}, one page each`)),
-      el("table", { class: "data" }, el("thead", {}, el("tr", {}, el("th", {}, "ablation"), el("th", { class: "n" }, "runs"),
-        el("th", { class: "n" }, "matched horizon"), el("th", {}, "leader at the horizon"), el("th", { class: "n" }, "matched reward"))),
-        el("tbody", {}, rows)));
+    const rows = DATA.overview.map((ablation) => el("tr", {},
+      el("td", { class: "model" }, el("a", { href: ablation.page }, ablation.name ?? "unassigned")),
+      el("td", { class: "n" }, ablation.runs.length), el("td", {}, headline(ablation))));
+    return el("section", { class: "ablation" },
+      el("h2", {}, "Ablations", el("span", { class: "sub" }, `${DATA.overview.length}, one page each`)),
+      el("table", { class: "data" },
+         el("thead", {}, el("tr", {}, el("th", {}, "ablation"), el("th", { class: "n" }, "runs"),
+                             el("th", {}, "at the compute-matched horizon"))),
+         el("tbody", {}, rows)));
   }
 
   async function main() {
