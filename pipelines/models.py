@@ -13,6 +13,8 @@ from pathlib import Path
 import duckdb
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+# The macros every model may call (t_quantile, ...), created on the connection with the parameters.
+FUNCTIONS_SQL = (SQL_DIR / "functions.sql").read_text()
 LAKE_SCHEMA = "lake"
 _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
 _PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
@@ -39,7 +41,7 @@ class SqlModel:
     incremental_key: str | None = None  # from an `-- incremental: <key>` header line
 
     def fingerprint(self, params: dict, upstream: list[str]) -> str:
-        return digest(self.sql, params, sorted(upstream))
+        return digest(self.sql, FUNCTIONS_SQL, params, sorted(upstream))
 
 
 def digest(*parts) -> str:
@@ -146,9 +148,10 @@ def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:
 
 
 def set_parameters(con: duckdb.DuckDBPyConnection, params: dict) -> None:
-    """Makes the metric parameters visible to the SQL as `getvariable('name')`."""
+    """Makes the metric parameters visible to the SQL as `getvariable('name')`, and its macros callable."""
     for name, value in params.items():
         con.execute(f"set variable {name} = ?", [value])
+    con.execute(FUNCTIONS_SQL)
 
 
 def run_model(con: duckdb.DuckDBPyConnection, model: SqlModel) -> int:

@@ -33,6 +33,10 @@ class WarehouseConfig(dg.ConfigurableResource):
     bootstrap_reps: int = 2000
     bootstrap_seed: int = 20260101
     ci_level: float = 0.95
+    # How intervals are computed (docs/statistics.md): "ar1" holds on autocorrelated curves; "iid" is the plain
+    # bootstrap of the window's epochs, too narrow on them, kept to reproduce earlier numbers.
+    ci_method: str = "ar1"
+    ci_fit_epochs: int = 200  # the epochs up to the horizon the ar1 model is fitted to
     breakdown_window: int = 50
     snapshot_model_prefix: str = "claude-haiku-4-5-20251001-"
     # Data checks: slack allowed in group advantage normalisation (group_metrics) and between the reported and
@@ -82,6 +86,8 @@ class WarehouseConfig(dg.ConfigurableResource):
             "bootstrap_reps": self.bootstrap_reps,
             "bootstrap_seed": self.bootstrap_seed,
             "ci_level": self.ci_level,
+            "ci_method": self.ci_method,
+            "ci_fit_epochs": self.ci_fit_epochs,
             "breakdown_window": self.breakdown_window,
             "snapshot_model_prefix": self.snapshot_model_prefix,
             "advantage_tolerance": self.advantage_tolerance,

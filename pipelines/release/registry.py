@@ -20,6 +20,8 @@ RUN_COLUMNS = {
     "group_size": pl.Int64,
     "ablation": pl.String,
     "label": pl.String,
+    # The configuration a run is one seed of: runs of one arm are resampled as a unit in ablation_contrasts.
+    "arm": pl.String,
     "release_root": pl.String,
 }
 REGISTRY_COLUMNS = [c for c in RUN_COLUMNS if c not in ("release", "release_root")]
@@ -79,6 +81,7 @@ def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -
             "group_size": None,
             "ablation": None,
             "label": None,
+            "arm": None,
             "release_root": str(run.release_root),
         }
         for run in runs
@@ -96,4 +99,5 @@ def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -
         pl.col("group_size").fill_null(DEFAULT_GROUP_SIZE),
         pl.col("ablation").fill_null(pl.col("release")),
         pl.col("label").fill_null(pl.col("run_id")),
+        pl.col("arm").fill_null(pl.col("run_id")),
     ).select(list(RUN_COLUMNS)).sort("run_id")

@@ -2,7 +2,8 @@
 -- replacement, of the run's matched-window values (matched_window_values), as many draws as there are values.
 -- Draw i of replicate r picks the value at position md5(getvariable('bootstrap_seed'), run, r, i) mod n, not
 -- random(), so a rebuild gives the same numbers at any thread count. ablation_contrasts takes its intervals from
--- the differences of two runs' means, replicate by replicate.
+-- the differences of two runs' means, replicate by replicate, when getvariable('ci_method') is `iid`; with
+-- any other method the table is empty.
 -- incremental: run_id
 with window_values as (
     select
@@ -16,6 +17,8 @@ with window_values as (
 replicates as (
     select generate_series as replicate
     from generate_series(1, getvariable('bootstrap_reps'))
+    -- only the `iid` method reads these means
+    where getvariable('ci_method') = 'iid'
 ),
 
 draws as (

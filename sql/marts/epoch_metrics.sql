@@ -1,6 +1,7 @@
 -- One row per run × epoch: trajectory and group counts, the recomputed mean reward (finite rewards only) beside
--- the file's own, the sample std of the rewards, the share of groups with no learning signal, TensorBoard's
--- debiased EMA of the mean reward (weight getvariable('ema_weight')) and its trailing mean over the epoch and up
+-- the file's own, the sample std of the rewards (TRL's reward_std since v0.27) and the mean of the groups' sample
+-- stds (TRL's reward_std up to v0.26; groups of 2+ finite rewards), the share of groups with no learning signal,
+-- TensorBoard's debiased EMA of the mean reward (weight getvariable('ema_weight')) and its trailing mean over the epoch and up
 -- to getvariable('rolling_window') − 1 loaded epochs before it. An epoch with no finite reward has a null
 -- mean_reward, which the EMA passes through without counting it.
 -- incremental: run_id
@@ -31,7 +32,8 @@ groups as (
         epoch,
         group_index,
         is_zero_std,
-        n_finite_rewards
+        n_finite_rewards,
+        reward_std
     from group_metrics
 ),
 
@@ -55,7 +57,8 @@ group_stats as (
         epoch,
         count(*) as n_groups,
         -- only groups of 2+ finite rewards can have a spread at all
-        avg(case when is_zero_std then 1.0 else 0.0 end order by group_index) filter (where n_finite_rewards >= 2) as frac_zero_std_groups
+        avg(case when is_zero_std then 1.0 else 0.0 end order by group_index) filter (where n_finite_rewards >= 2) as frac_zero_std_groups,
+        avg(reward_std order by group_index) filter (where n_finite_rewards >= 2) as mean_group_reward_std
     from groups
     group by run_id, epoch
 ),
@@ -70,6 +73,7 @@ joined as materialized (
         reward_stats.mean_reward,
         epochs.reported_mean_reward,
         reward_stats.reward_std,
+        group_stats.mean_group_reward_std,
         group_stats.frac_zero_std_groups,
         coalesce(reward_stats.n_nonfinite_rewards, 0) as n_nonfinite_rewards,
         reward_stats.mean_advantage,
@@ -125,6 +129,7 @@ final as (
         joined.mean_reward,
         joined.reported_mean_reward,
         joined.reward_std,
+        joined.mean_group_reward_std,
         joined.frac_zero_std_groups,
         ema_steps.reward_ema,
         avg(joined.mean_reward) over (

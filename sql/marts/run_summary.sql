@@ -4,6 +4,14 @@
 -- last epoch among the runs of the same ablation, matched_reward the mean over the last final_window loaded
 -- epochs at or before it. Windows count loaded epochs, so a gap does not shorten them. Snapshot ids of the
 -- final, best (peak EMA) and matched epochs. Mean rewards are the recomputed ones (finite rewards only).
+-- The matched reward's own interval at getvariable('ci_level') (matched_ci_low/high), by getvariable('ci_method'):
+-- `ar1` (docs/statistics.md) fits a quadratic trend plus an AR(1) drift plus white noise to the last
+-- getvariable('ci_fit_epochs') loaded epochs at or before the horizon, and takes the variance of the window mean
+-- from that model, with a t quantile on effective n − 1 degrees of freedom; `iid` treats the window's epochs as
+-- independent (t interval, effective n = the window's epochs). matched_effective_n: the window's epochs worth of
+-- independent ones (the variance of one epoch over that of the window mean); matched_iqm: the interquartile mean of
+-- the window (the middle half of its values after dropping floor(n/4) at each end, as rliable's IQM);
+-- matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
 with epochs as (
     select
         run_id,
@@ -79,6 +87,138 @@ windows as (
     group by run_id
 ),
 
+-- The fit span: the last ci_fit_epochs loaded epochs at or before the horizon with a finite mean; its epochs
+-- scaled to [−1, 1] and the first two orthogonal polynomials in them (x2 is x1² without its part along 1 and x1),
+-- so that the quadratic trend is the mean plus one simple regression on each
+fit_values as (
+    select
+        *,
+        scaled_epoch - avg(scaled_epoch) over (partition by run_id) as x1
+    from (
+        select
+            run_id,
+            epoch,
+            mean_reward,
+            rank_from_horizon <= getvariable('final_window') as in_window,
+            coalesce((epoch - min(epoch) over run) / nullif(max(epoch) over run - min(epoch) over run, 0) * 2 - 1, 0)
+                as scaled_epoch
+        from ranked
+        where rank_from_horizon <= getvariable('ci_fit_epochs') and isfinite(mean_reward)
+        window run as (partition by run_id)
+    )
+),
+
+fit_polynomials as (
+    select
+        *,
+        x1 * x1 - avg(x1 * x1) over run - coalesce(regr_slope(x1 * x1, x1) over run, 0) * x1 as x2
+    from fit_values
+    window run as (partition by run_id)
+),
+
+-- residuals around the quadratic trend, and the lag-1 and lag-2 residuals in epoch order
+detrended as (
+    select
+        run_id,
+        epoch,
+        in_window,
+        mean_reward,
+        residual,
+        lag(residual, 1) over (partition by run_id order by epoch) as residual_lag1,
+        lag(residual, 2) over (partition by run_id order by epoch) as residual_lag2
+    from (
+        select
+            *,
+            mean_reward - avg(mean_reward) over run
+                - coalesce(regr_slope(mean_reward, x1) over run, 0) * x1
+                - coalesce(regr_slope(mean_reward, x2) over run, 0) * x2 as residual
+        from fit_polynomials
+        window run as (partition by run_id)
+    )
+),
+
+-- autocovariances γ0, γ1, γ2 of the residuals (sums over T, around their mean), and the window's size and spread
+moments as (
+    select
+        run_id,
+        count(*) as fit_size,
+        sum((residual - residual_mean) ^ 2 order by epoch) / count(*) as gamma0,
+        sum((residual - residual_mean) * (residual_lag1 - residual_mean) order by epoch) / count(*) as gamma1,
+        sum((residual - residual_mean) * (residual_lag2 - residual_mean) order by epoch) / count(*) as gamma2,
+        count(*) filter (where in_window) as window_size,
+        var_samp(mean_reward order by epoch) filter (where in_window) as window_variance
+    from (select *, avg(residual) over (partition by run_id) as residual_mean from detrended)
+    group by run_id
+),
+
+-- φ = γ2/γ1 (white noise leaves γ1 and γ2 alone), corrected three times for the downward bias of an AR fit on
+-- fit_size detrended values, φ ← φ̂ + (3 + 5φ)/T; the drift's variance γ1/φ̂ and the noise's γ0 − that. No drift
+-- (φ = 0) unless γ1 and γ2 are both positive.
+ar_fits as (
+    select
+        *,
+        if(raw_phi > 0, least(raw_phi + (3 + 5 * least(raw_phi + (3 + 5 * least(raw_phi + (3 + 5 * raw_phi)
+            / fit_size, 0.995)) / fit_size, 0.995)) / fit_size, 0.995), 0.0) as phi,
+        least(gamma1 / raw_phi, gamma0) as drift_variance
+    from (
+        select
+            *,
+            if(gamma1 > 0 and gamma2 > 0, least(gamma2 / gamma1, 0.995), 0.0) as raw_phi
+        from moments
+    )
+),
+
+-- the variance of the mean of the window's n values under that model: s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)]
+-- + r/n (0 when the curve is flat); under `iid`, the window's sample variance over n
+window_variances as (
+    select
+        run_id,
+        window_size,
+        case getvariable('ci_method')
+            when 'iid' then window_variance / window_size
+            when 'ar1' then if(raw_phi > 0,
+                drift_variance / window_size * ((1 + phi) / (1 - phi)
+                    - 2 * phi * (1 - phi ^ window_size) / (window_size * (1 - phi) ^ 2))
+                    + (gamma0 - drift_variance) / window_size,
+                gamma0 / window_size)
+            else error('ci_method must be ar1 or iid, not ' || getvariable('ci_method'))
+        end as variance,
+        if(getvariable('ci_method') = 'iid', window_variance, gamma0) as epoch_variance,
+        phi
+    from ar_fits
+    where window_size >= 2 and (fit_size >= 5 or getvariable('ci_method') = 'iid')
+),
+
+intervals as (
+    select
+        run_id,
+        sqrt(variance) as matched_std_error,
+        if(variance > 0, epoch_variance / variance, window_size) as matched_effective_n,
+        greatest(if(variance > 0, epoch_variance / variance, window_size) - 1, 1) as matched_ci_df,
+        if(getvariable('ci_method') = 'ar1', phi, null) as matched_ar_coefficient
+    from window_variances
+),
+
+-- the window's values in order, for the interquartile mean
+window_ranks as (
+    select
+        run_id,
+        mean_reward,
+        row_number() over (partition by run_id order by mean_reward, epoch) as value_rank,
+        count(*) over (partition by run_id) as n_values
+    from fit_values
+    where in_window
+),
+
+iqms as (
+    select
+        run_id,
+        avg(mean_reward order by value_rank) as matched_iqm
+    from window_ranks
+    where value_rank > n_values // 4 and value_rank <= n_values - n_values // 4
+    group by run_id
+),
+
 final as (
     select
         horizons.run_id,
@@ -92,13 +232,24 @@ final as (
         windows.peak_epoch,
         horizons.matched_horizon,
         windows.matched_reward,
+        windows.matched_reward - t_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
+            * intervals.matched_std_error as matched_ci_low,
+        windows.matched_reward + t_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
+            * intervals.matched_std_error as matched_ci_high,
+        iqms.matched_iqm,
+        intervals.matched_effective_n,
         final_snapshot.snapshot_id as final_snapshot_id,
         best_snapshot.snapshot_id as best_snapshot_id,
         matched_snapshot.snapshot_id as matched_snapshot_id,
         horizons.ablation,
-        windows.matched_epoch
+        windows.matched_epoch,
+        intervals.matched_std_error,
+        intervals.matched_ci_df,
+        intervals.matched_ar_coefficient
     from horizons
     inner join windows using (run_id)
+    left join intervals using (run_id)
+    left join iqms using (run_id)
     left join snapshot_ids as final_snapshot
         on final_snapshot.run_id = horizons.run_id and final_snapshot.epoch = horizons.last_epoch
     left join snapshot_ids as best_snapshot

@@ -1,4 +1,5 @@
--- One row per run: its release, reward family, false-positive controls per group, group size, ablation and label.
+-- One row per run: its release, reward family, false-positive controls per group, group size, ablation, label and
+-- arm (the configuration it is a seed of; the run itself unless the registry says otherwise).
 with runs as (
     select * from lake.runs
 ),
@@ -12,6 +13,7 @@ final as (
         group_size,
         ablation,
         label,
+        arm,
         release_root
     from runs
 )

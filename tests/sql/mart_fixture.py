@@ -17,6 +17,8 @@ PARAMS = {
     "bootstrap_reps": 2000,
     "bootstrap_seed": 7,
     "ci_level": 0.95,
+    "ci_method": "ar1",
+    "ci_fit_epochs": 200,
     "breakdown_window": 2,
     "snapshot_model_prefix": "model-",
     "advantage_tolerance": 1e-3,
@@ -56,8 +58,9 @@ MARTS = [model for model in load_models().values() if model.layer == "marts"]  #
 
 def create_staging(con: duckdb.DuckDBPyConnection, epochs: list[dict], runs: list[tuple], *, extras: bool = True,
                    extras_as_json_text: bool = False) -> None:
-    """Writes fact_epochs, fact_trajectories and dim_runs as the staging models would."""
-    group_size = {run_id: size for run_id, _, size in runs}
+    """Writes fact_epochs, fact_trajectories and dim_runs as the staging models would; a run is (run_id, ablation,
+    group_size) or (run_id, ablation, group_size, arm), its arm the run itself by default."""
+    group_size = {run[0]: run[2] for run in runs}
     epoch_rows, trajectory_rows = [], []
     for doc in epochs:
         epoch_rows.append({
@@ -94,9 +97,11 @@ def create_staging(con: duckdb.DuckDBPyConnection, epochs: list[dict], runs: lis
         "fact_trajectories": pl.DataFrame(trajectory_rows, schema=trajectory_schema),
         "dim_runs": pl.DataFrame(
             [{"run_id": r, "release": "rel", "reward_family": "binary", "fp_per_group": None, "group_size": size,
-              "ablation": ablation, "label": r} for r, ablation, size in runs],
+              "ablation": ablation, "label": r, "arm": arm}
+             for r, ablation, size, arm in (run if len(run) == 4 else (*run, run[0]) for run in runs)],
             schema={"run_id": pl.String, "release": pl.String, "reward_family": pl.String,
-                    "fp_per_group": pl.Int64, "group_size": pl.Int64, "ablation": pl.String, "label": pl.String},
+                    "fp_per_group": pl.Int64, "group_size": pl.Int64, "ablation": pl.String, "label": pl.String,
+                    "arm": pl.String},
         ),
     }
     for table, frame in frames.items():

@@ -18,8 +18,9 @@ def approx(value):
 
 def test_epoch_metrics_contract_columns_come_first(warehouse_con):
     columns = [c[0] for c in warehouse_con.execute("select * from epoch_metrics limit 0").description]
-    assert columns[:10] == ["run_id", "epoch", "n_trajectories", "n_groups", "mean_reward", "reported_mean_reward",
-                            "reward_std", "frac_zero_std_groups", "reward_ema", "reward_rolling"]
+    assert columns[:11] == ["run_id", "epoch", "n_trajectories", "n_groups", "mean_reward", "reported_mean_reward",
+                            "reward_std", "mean_group_reward_std", "frac_zero_std_groups", "reward_ema",
+                            "reward_rolling"]
 
 
 def test_epoch_metrics_by_hand(warehouse_con):
@@ -33,12 +34,15 @@ def test_epoch_metrics_by_hand(warehouse_con):
     assert a0["mean_reward"] == approx(0.5)
     assert a0["reward_std"] == approx(math.sqrt(1 / 6))
     assert a0["frac_zero_std_groups"] == approx(0.5)
+    # group stds (n-1): (1, 0) -> sqrt(.5), (.5, .5) -> 0; their mean sqrt(.5)/2 (TRL's reward_std up to v0.26)
+    assert a0["mean_group_reward_std"] == approx(math.sqrt(0.5) / 2)
     # epoch 1: rewards 1, NaN, 1, 0 -> finite mean 2/3; deviations 1/3, 1/3, -2/3 -> SS 2/3, /2 -> std sqrt(1/3).
     # Group (1, NaN) has one finite reward, so it does not count; group (1, 0) has spread -> 0 of 1.
     assert a1["mean_reward"] == approx(2 / 3)
     assert a1["reported_mean_reward"] == approx(2 / 3)
     assert a1["reward_std"] == approx(math.sqrt(1 / 3))
     assert a1["frac_zero_std_groups"] == approx(0.0)
+    assert a1["mean_group_reward_std"] == approx(math.sqrt(0.5))  # (1, NaN) has no std and is left out
     assert a1["n_nonfinite_rewards"] == 1
     # epoch 3: rewards 1, 1, 1, 0 -> mean .75; deviations .25 x3, -.75 -> SS .75, /3 -> std .5; group (1, 1) flat.
     assert a3["mean_reward"] == approx(0.75)
@@ -119,6 +123,7 @@ def test_snapshots_roles_and_model_names(warehouse_con):
 
 
 def test_ablation_contrasts_by_hand(warehouse_con):
+    build_marts(warehouse_con, {"ci_method": "iid"})  # the plain bootstrap, whose interval is worked out below
     contrasts = rows(warehouse_con, "select * from ablation_contrasts")
     assert len(contrasts) == 1  # run_c is alone in its ablation: no pair
     pair = contrasts[0]
@@ -131,6 +136,7 @@ def test_ablation_contrasts_by_hand(warehouse_con):
     # probability 1/4, so delta* = .5 - 2/3 = -1/6 and .75 - .5 = 1/4 each have probability 1/16 = 6.25% > 2.5%:
     # the 95% percentile interval is exactly [-1/6, 1/4].
     assert (pair["ci_low"], pair["ci_high"]) == (approx(-1 / 6), approx(1 / 4))
+    assert (pair["ci_method"], pair["unit"], pair["resolved"]) == ("iid", "epochs of one run", False)
 
 
 def test_bootstrap_is_deterministic_and_seeded():
@@ -138,7 +144,7 @@ def test_bootstrap_is_deterministic_and_seeded():
         con = duckdb.connect()
         con.execute(f"set threads = {threads}")
         create_staging(con, EPOCHS, RUNS)
-        build_marts(con, {"bootstrap_reps": 500, **(params or {})})
+        build_marts(con, {"bootstrap_reps": 500, "ci_method": "iid", **(params or {})})
         result = con.execute("select * from ablation_contrasts order by all").fetchall()
         con.close()
         return result
@@ -164,7 +170,7 @@ def test_bootstrap_interval_sanity_on_a_clear_case():
     con = duckdb.connect()
     docs = _clear_case()
     create_staging(con, docs, [("hi", "pair", 1), ("lo", "pair", 1)])
-    build_marts(con, {"final_window": 40, "bootstrap_reps": 4000})
+    build_marts(con, {"final_window": 40, "bootstrap_reps": 4000, "ci_method": "iid"})
     pair = rows(con, "select * from ablation_contrasts")[0]
     con.close()
     # one trajectory per epoch: an epoch's mean reward is its one reward
@@ -228,6 +234,9 @@ def test_reward_ema_matches_tensorboard_with_a_nan_epoch(weight):
     create_staging(con, docs, [("run", "abl", 2)])
     build_marts(con, {"ema_weight": weight})
     got = con.execute("select mean_reward, reward_ema from epoch_metrics order by epoch").fetchall()
+    # an epoch with no finite reward has no spread of any kind (TRL would log NaN)
+    assert con.execute("select reward_std, mean_group_reward_std, frac_zero_std_groups from epoch_metrics "
+                       "where epoch = 12").fetchone() == (None, None, None)
     con.close()
     means = [m for m, _ in got]
     assert means[10] is None  # epoch 12 is the 11th loaded epoch

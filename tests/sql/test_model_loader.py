@@ -17,7 +17,8 @@ def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
         assert len(models[name].description) > 40
     assert set(models["epoch_metrics"].model_deps) == {"fact_epochs", "fact_trajectories", "group_metrics"}
     assert set(models["run_summary"].model_deps) == {"epoch_metrics", "fact_epochs", "dim_runs"}
-    assert set(models["ablation_contrasts"].model_deps) == {"run_summary", "matched_window_values", "bootstrap_means"}
+    assert set(models["ablation_contrasts"].model_deps) == {"run_summary", "matched_window_values", "bootstrap_means",
+                                                            "dim_runs"}
     assert set(models["matched_window_values"].model_deps) == {"run_summary", "epoch_metrics"}
     assert models["bootstrap_means"].model_deps == ("matched_window_values",)
     assert models["snapshots"].model_deps == ("run_summary",)

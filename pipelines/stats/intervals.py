@@ -1,0 +1,99 @@
+"""The `ar1` interval of a window mean of an autocorrelated curve, in numpy: what run_summary and ablation_contrasts
+compute in SQL, here for the simulation study (and as the tests' second computation).
+
+A run's per-epoch mean rewards y_t are modelled as a smooth trend plus an AR(1) drift plus white sampling noise
+(ARMA(1,1) around the trend). Over the run up to the end of its matched window:
+1. a quadratic in the epoch is fitted and removed (a learning trend would otherwise read as slow drift);
+2. the autocovariances γ0, γ1, γ2 of the residuals give φ = γ2/γ1 (white noise leaves γ1, γ2 alone), the drift's
+   variance s² = γ1/φ and the noise's r = γ0 − s²;
+3. φ is corrected for the downward bias of an AR fit on T detrended values, φ ← φ̂ + (3 + 5φ)/T (three rounds);
+4. the variance of the mean of the last n values follows from the model exactly,
+   V = s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)] + r/n, and the effective n is γ0 / V;
+5. the interval is mean ± t · √V with t Student's quantile on (effective n − 1) degrees of freedom, and for a
+   difference of two runs' means the Welch–Satterthwaite combination of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+TREND_DEGREE = 2
+MAX_PHI = 0.995
+BIAS_ROUNDS = 3
+MIN_DF = 1.0
+
+
+def detrend(values: np.ndarray, epochs: np.ndarray, degree: int = TREND_DEGREE) -> np.ndarray:
+    """Residuals of a least-squares polynomial in the epoch, per row (rows are runs)."""
+    span = epochs.max() - epochs.min()
+    scaled = (epochs - epochs.min()) / (span if span else 1) * 2 - 1
+    design = np.vander(scaled, degree + 1)
+    beta, *_ = np.linalg.lstsq(design, values.T, rcond=None)
+    return values - (design @ beta).T
+
+
+def autocovariances(residuals: np.ndarray, lags: int) -> np.ndarray:
+    """γ_k = Σ x_t x_{t+k} / T for k = 0..lags, per row, around each row's mean."""
+    centred = residuals - residuals.mean(axis=1, keepdims=True)
+    size = centred.shape[1]
+    return np.stack([(centred[:, k:] * centred[:, :size - k]).sum(axis=1) / size for k in range(lags + 1)], axis=1)
+
+
+def window_variance(drift: np.ndarray, phi: np.ndarray, noise: np.ndarray, n) -> np.ndarray:
+    """Variance of the mean of n consecutive values of an AR(1) of variance `drift` and coefficient phi, plus white
+    noise of variance `noise`."""
+    n = np.asarray(n, dtype=float)
+    ratio = (1 + phi) / (1 - phi) - 2 * phi * (1 - phi ** n) / (n * (1 - phi) ** 2)
+    return drift / n * ratio + noise / n
+
+
+def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.ndarray]:
+    """Per row: the AR coefficient, the window mean's variance and its effective n (the last `window` values)."""
+    residuals = detrend(values, epochs)
+    gamma = autocovariances(residuals, 2)
+    size = values.shape[1]
+    drifting = (gamma[:, 1] > 0) & (gamma[:, 2] > 0)
+    raw_phi = np.where(drifting, np.minimum(gamma[:, 2] / np.where(drifting, gamma[:, 1], 1), MAX_PHI), 0.0)
+    phi = raw_phi
+    for _ in range(BIAS_ROUNDS):
+        phi = np.minimum(raw_phi + ((TREND_DEGREE + 1) + (TREND_DEGREE + 3) * phi) / size, MAX_PHI)
+    phi = np.where(drifting, phi, 0.0)
+    drift = np.where(drifting, np.minimum(gamma[:, 1] / np.where(drifting, raw_phi, 1), gamma[:, 0]), 0.0)
+    noise = gamma[:, 0] - drift
+    variance = window_variance(drift, phi, noise, window)
+    return {"phi": phi, "variance": variance, "effective_n": gamma[:, 0] / variance}
+
+
+def t_quantile(p: float, df) -> np.ndarray:
+    """Student's t quantile with upper tail probability p (< 0.5) on df > 0.5 degrees of freedom, real df allowed:
+    Hill's closed form (Algorithm 396, as R's qt uses it), the formula sql/functions.sql holds."""
+    df = np.asarray(df, dtype=float)
+    two_tailed = 2 * p
+    a = 1 / (df - 0.5)
+    b = 48 / (a * a)
+    c = ((20700 * a / b - 98) * a - 16) * a + 96.36
+    d = ((94.5 / (b + c) - 3) / b + 1) * np.sqrt(a * math.pi / 2) * df
+    y = (d * two_tailed) ** (2 / df)
+    x = NormalDist().inv_cdf(two_tailed / 2)
+    c = np.where(df < 5, c + 0.3 * (df - 4.5) * (x + 0.6), c)
+    c = (((0.05 * d * x - 5) * x - 7) * x - 2) * x + b + c
+    large = (((((0.4 * x * x + 6.3) * x * x + 36) * x * x + 94.5) / c - x * x - 3) / b + 1) * x
+    large = a * large * large
+    large = np.where(large > 0.002, np.expm1(large), 0.5 * large * large + large)
+    small = ((1 / (((df + 6) / (df * y) - 0.089 * d - 0.822) * (df + 2) * 3) + 0.5 / (df + 4)) * y - 1) \
+        * (df + 1) / (df + 2) + 1 / y
+    return np.sqrt(df * np.where(y > 0.05 + a, large, small))
+
+
+def welch_df(variance_a, df_a, variance_b, df_b) -> np.ndarray:
+    """Welch–Satterthwaite degrees of freedom of a difference of two estimates."""
+    total = variance_a + variance_b
+    with np.errstate(divide="ignore"):  # infinite df (a normal quantile) gives 0 terms
+        return total ** 2 / (variance_a ** 2 / df_a + variance_b ** 2 / df_b)
+
+
+def run_df(effective_n) -> np.ndarray:
+    return np.maximum(np.asarray(effective_n) - 1, MIN_DF)

@@ -1,0 +1,168 @@
+"""The intervals of run_summary and ablation_contrasts: coverage on autocorrelated nulls, the SQL against its numpy
+twin (pipelines.stats.intervals), the pieces against scipy/statsmodels/arch, and hand-worked tiny cases."""
+
+import duckdb
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+from statsmodels.tsa.stattools import acovf
+
+from autocorrelated import ablation_epochs, ar1_curves
+from mart_fixture import build_marts, create_staging, epoch, rows
+from pipelines.models import FUNCTIONS_SQL
+from pipelines.stats import intervals, study
+
+WINDOW = 50
+
+
+def build(curves: np.ndarray, params: dict, ablation_size: int = 2) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    documents, runs = ablation_epochs(curves, ablation_size)
+    create_staging(con, documents, runs, extras=False)
+    build_marts(con, {"final_window": WINDOW, "bootstrap_reps": 200, **params})
+    return con
+
+
+def share_excluding_zero(con) -> float:
+    return con.execute("select avg(if(resolved, 1, 0)) from ablation_contrasts").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def null_curves() -> np.ndarray:
+    """40 ablations of two runs with no true difference, drifting at φ = 0.9 around a learning curve."""
+    return ar1_curves(seed=11, runs=80, epochs=200, phi=0.9, trend=True)
+
+
+def test_null_intervals_exclude_zero_rarely_with_ar1_and_often_with_iid(null_curves):
+    ar1 = build(null_curves, {"ci_method": "ar1"})
+    iid = build(null_curves, {"ci_method": "iid"})
+    assert ar1.execute("select count(*), count(ci_low) from ablation_contrasts").fetchone() == (40, 40)
+    # A 95% interval should exclude zero in about 5% of null pairs; at most 10% (4 of 40) is the bar.
+    assert share_excluding_zero(ar1) <= 0.10
+    # The plain bootstrap treats 50 drifting epochs as independent: it fails the same bar several times over.
+    assert share_excluding_zero(iid) > 0.30
+
+
+def test_sql_intervals_equal_the_numpy_computation():
+    curves = ar1_curves(seed=3, runs=6, epochs=120, phi=0.8, trend=True)
+    con = build(curves, {"ci_method": "ar1"})
+    got = rows(con, "select * from run_summary order by run_id")
+    fitted = intervals.fit(curves, np.arange(120.0), WINDOW)
+    df = intervals.run_df(fitted["effective_n"])
+    half = intervals.t_quantile(0.025, df) * np.sqrt(fitted["variance"])
+    means = curves[:, -WINDOW:].mean(axis=1)
+    assert [r["matched_std_error"] ** 2 for r in got] == pytest.approx(fitted["variance"], rel=1e-9)
+    assert [r["matched_effective_n"] for r in got] == pytest.approx(fitted["effective_n"], rel=1e-9)
+    assert [r["matched_ar_coefficient"] for r in got] == pytest.approx(fitted["phi"], rel=1e-9)
+    assert [r["matched_ci_low"] for r in got] == pytest.approx(means - half, rel=1e-7)
+    assert [r["matched_ci_high"] for r in got] == pytest.approx(means + half, rel=1e-7)
+    contrasts = rows(con, "select * from ablation_contrasts order by run_a")
+    variance_a, variance_b = fitted["variance"][0::2], fitted["variance"][1::2]
+    welch = intervals.welch_df(variance_a, df[0::2], variance_b, df[1::2])
+    half = intervals.t_quantile(0.025, welch) * np.sqrt(variance_a + variance_b)
+    delta = means[1::2] - means[0::2]
+    assert [c["ci_low"] for c in contrasts] == pytest.approx(delta - half, rel=1e-7)
+    assert [c["ci_high"] for c in contrasts] == pytest.approx(delta + half, rel=1e-7)
+    assert {(c["ci_method"], c["unit"]) for c in contrasts} == {("ar1", "epochs of one run")}
+
+
+def test_numpy_pieces_match_statsmodels_and_scipy():
+    curve = ar1_curves(seed=5, runs=1, epochs=90, phi=0.7, trend=True)
+    epochs = np.arange(90.0)
+    residuals = intervals.detrend(curve, epochs)[0]
+    design = np.column_stack([np.ones(90), epochs, epochs ** 2])
+    ols = curve[0] - design @ np.linalg.lstsq(design, curve[0], rcond=None)[0]
+    assert residuals == pytest.approx(ols, abs=1e-12)
+    assert intervals.autocovariances(residuals[None], 2)[0] == pytest.approx(acovf(residuals, nlag=2, fft=False),
+                                                                            rel=1e-12)
+    for df in (2.0, 2.7, 4.0, 9.5, 30.0, 1e4):
+        assert intervals.t_quantile(0.025, df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=5e-4)
+        assert intervals.t_quantile(0.05, df) == pytest.approx(scipy_stats.t.ppf(0.95, df), rel=5e-4)
+
+
+def test_sql_quantile_macros_match_scipy():
+    con = duckdb.connect()
+    con.execute(FUNCTIONS_SQL)
+    for p in (1e-4, 0.01, 0.025, 0.3, 0.975, 0.999):
+        assert con.execute("select normal_quantile(?)", [p]).fetchone()[0] == pytest.approx(
+            scipy_stats.norm.ppf(p), rel=1e-8)
+    for df in (2.0, 3.3, 7.0, 60.0):
+        assert con.execute("select t_quantile(0.025, ?::double)", [df]).fetchone()[0] == pytest.approx(
+            scipy_stats.t.ppf(0.975, df), rel=5e-4)
+
+
+def test_window_variance_equals_the_double_sum_of_ar1_covariances():
+    drift, phi, noise, n = 0.3, 0.85, 0.05, 7
+    lags = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+    direct = (drift * phi ** lags).sum() / n ** 2 + noise / n
+    assert intervals.window_variance(np.array(drift), np.array(phi), np.array(noise), n) == pytest.approx(direct)
+
+
+def test_study_bartlett_reference_matches_arch():
+    from arch.covariance.kernel import Bartlett
+
+    values = ar1_curves(seed=8, runs=1, epochs=200, phi=0.6)
+    gamma = intervals.autocovariances(values, 1)[0]
+    rho = gamma[1] / gamma[0]
+    bandwidth = 1.1447 * (4 * rho ** 2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * 200) ** (1 / 3)
+    expected = Bartlett(values[0], bandwidth=bandwidth).cov.long_run[0, 0]
+    assert study.bartlett_variance(values, 1)[0][0] == pytest.approx(expected, rel=1e-9)
+
+
+def _window_run(run_id: str, values: list[float]) -> list[dict]:
+    """One trajectory per epoch, so each epoch's mean reward is the value itself."""
+    return [epoch(run_id, e, [v], [0.0]) for e, v in enumerate(values)]
+
+
+def test_iqm_and_effective_n_by_hand():
+    con = duckdb.connect()
+    # Window of 8: sorted .1 .2 .3 .4 .5 .7 .8 .9, floor(8/4) = 2 dropped at each end -> (.3 + .4 + .5 + .7)/4.
+    eight = [0.1, 0.9, 0.3, 0.5, 0.2, 0.8, 0.4, 0.7]
+    # Window of 5 (three earlier epochs outside it): floor(5/4) = 1 dropped at each end -> (.2 + .3 + .6)/3.
+    five = [0.5, 0.5, 0.5, 0.6, 0.2, 1.0, 0.3, 0.0]
+    # Alternating around a flat line: the residuals' lag-1 autocovariance is negative, so φ = 0 and the window mean's
+    # variance is γ0/n: effective n is exactly the window's size.
+    alternating = [0.0, 1.0] * 6
+    create_staging(con, _window_run("eight", eight) + _window_run("five", five) + _window_run("alt", alternating),
+                   [("eight", "e", 1), ("five", "f", 1), ("alt", "a", 1)], extras=False)
+    build_marts(con, {"final_window": 8})
+    summary = {r["run_id"]: r for r in rows(con, "select * from run_summary")}
+    assert summary["eight"]["matched_iqm"] == pytest.approx(1.9 / 4)
+    assert summary["eight"]["matched_iqm"] == pytest.approx(scipy_stats.trim_mean(eight, 0.25))
+    build_marts(con, {"final_window": 5})
+    summary = {r["run_id"]: r for r in rows(con, "select * from run_summary")}
+    assert summary["five"]["matched_iqm"] == pytest.approx(1.1 / 3)
+    assert summary["alt"]["matched_effective_n"] == pytest.approx(5)
+    assert summary["alt"]["matched_ar_coefficient"] == 0
+    # iid: the window's epochs are the effective n, and the interval is the t interval of 5 values.
+    build_marts(con, {"final_window": 5, "ci_method": "iid"})
+    summary = {r["run_id"]: r for r in rows(con, "select * from run_summary")}
+    window = five[-5:]
+    half = scipy_stats.t.ppf(0.975, 4) * np.std(window, ddof=1) / np.sqrt(5)
+    assert summary["five"]["matched_effective_n"] == 5
+    assert (summary["five"]["matched_ci_low"], summary["five"]["matched_ci_high"]) == (
+        pytest.approx(np.mean(window) - half, rel=1e-6), pytest.approx(np.mean(window) + half, rel=1e-6))
+
+
+def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
+    # Arm "low" has runs at 0 and 1, arm "high" runs at 2 and 3 (flat curves). Resampling 2 of 2 runs, an arm's IQM
+    # (the mean, as floor(2/4) = 0) is its low value, the mean or its high value with probabilities 1/4, 1/2, 1/4;
+    # the extreme differences 2 - 1 = 1 and 3 - 0 = 3 each have probability 1/16 > 2.5%: the interval is [1, 3].
+    con = duckdb.connect()
+    documents = [doc for run, value in (("l0", 0.0), ("l1", 1.0), ("h0", 2.0), ("h1", 3.0), ("solo", 5.0))
+                 for doc in _window_run(run, [value] * 6)]
+    create_staging(con, documents, [("l0", "abl", 1, "low"), ("l1", "abl", 1, "low"), ("h0", "abl", 1, "high"),
+                                    ("h1", "abl", 1, "high"), ("solo", "abl", 1, "one")], extras=False)
+    build_marts(con, {"final_window": 4})
+    contrasts = {(r["run_a"], r["run_b"]): r for r in rows(con, "select * from ablation_contrasts")}
+    assert set(contrasts) == {("high", "low"), ("high", "solo"), ("low", "solo")}
+    pair = contrasts["high", "low"]
+    assert (pair["unit"], pair["ci_method"], pair["n_runs_a"], pair["n_runs_b"]) == (
+        "runs", "stratified bootstrap", 2, 2)
+    assert pair["delta"] == pytest.approx(0.5 - 2.5)
+    assert (pair["ci_low"], pair["ci_high"]) == (pytest.approx(-3), pytest.approx(-1))
+    assert pair["resolved"] is True
+    assert pair["prob_improvement"] == 0.0  # every run of "low" is below every run of "high"
+    # One run against an arm of two: no interval, nothing resolved.
+    lone = contrasts["high", "solo"]
+    assert (lone["unit"], lone["ci_low"], lone["ci_high"], lone["resolved"]) == ("runs", None, None, False)
