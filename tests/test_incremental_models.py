@@ -129,7 +129,8 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
 @pytest.mark.slow
 def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build, release):
     assert build([release], tmp_path / "wh") == 0
-    config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10)
+    config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10,
+                             ci_method="iid")  # the method that reads bootstrap_means
     _, done, metadata = refresh_model(MODELS["bootstrap_means"], config)
     assert (done, metadata["dagster/row_count"]) == ("rebuilt", 3 * 10)  # 10 replicates of each of the 3 runs
     assert refresh_model(MODELS["bootstrap_means"], config)[1] == "kept"

@@ -114,6 +114,10 @@ def with_bands(epochs: pl.DataFrame, smoothing: Smoothing) -> pl.DataFrame:
     )
 
 
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
     return frame.get_column(column).cast(pl.Float64).to_numpy()
 
@@ -139,7 +143,8 @@ def ablation_figure(
     """The figure of one ablation.
 
     runs: dim_runs rows (run_id, ablation, label); epochs: epoch_metrics rows with fact_epochs' sample_entropy and
-    train_entropy; summary: run_summary rows (run_id, matched_horizon, matched_reward). Other runs are ignored.
+    train_entropy; summary: run_summary rows (run_id, matched_horizon, matched_reward and, when present,
+    matched_ci_low/high, drawn as a bar through the diamond). Other runs are ignored.
     """
     members, epochs, summary = ablation_inputs(ablation, runs, epochs, summary)
     run_ids = members["run_id"].to_list()
@@ -171,11 +176,15 @@ def ablation_figure(
                         gid=f"sample_entropy:{run}")
         ax_entropy.plot(x, _values(rows, "train_entropy_trailing"), color=colour, linewidth=1.2, linestyle="--",
                         gid=f"train_entropy:{run}")
-        matched = summary.filter(pl.col("run_id") == run)["matched_reward"].to_list()
-        if horizons and matched and matched[0] is not None and math.isfinite(matched[0]):
-            ax_reward.plot([horizons[0]], [matched[0]], marker="D", markersize=7, color=colour,
+        matched = summary.filter(pl.col("run_id") == run).to_dicts()
+        if horizons and matched and _finite(matched[0]["matched_reward"]):
+            ax_reward.plot([horizons[0]], [matched[0]["matched_reward"]], marker="D", markersize=7, color=colour,
                            markeredgecolor="black", markeredgewidth=0.8, linestyle="none", zorder=5,
                            gid=f"matched:{run}")
+            low, high = matched[0].get("matched_ci_low"), matched[0].get("matched_ci_high")
+            if _finite(low) and _finite(high):
+                ax_reward.plot([horizons[0]] * 2, [low, high], color=colour, linewidth=2.2, solid_capstyle="butt",
+                               zorder=4.5, gid=f"matched_interval:{run}")
 
     for ax in (ax_reward, ax_zero, ax_entropy):
         for horizon in horizons:
@@ -208,11 +217,14 @@ def ablation_figure(
                       label="per-epoch mean reward"),
         mlines.Line2D([], [], color=grey, linewidth=1.9, label=f"EMA (weight {smoothing.ema_weight:g})"),
         mpatches.Patch(color=grey, alpha=0.25, linewidth=0,
-                       label=f"≈{smoothing.band_level:.0%} band of the EMA (trailing {window}-epoch spread)"),
+                       label=f"EMA ± trailing {window}-epoch spread (descriptive, not a test)"),
     ]
     if any(str(line.get_gid()).startswith("matched:") for line in ax_reward.get_lines()):
         key.append(mlines.Line2D([], [], color=grey, marker="D", markeredgecolor="black", linestyle="none",
                                  label=f"matched reward (mean of last {final_window} epochs ≤ horizon)"))
+    if any(str(line.get_gid()).startswith("matched_interval:") for line in ax_reward.get_lines()):
+        key.append(mlines.Line2D([], [], color=grey, linewidth=2.2,
+                                 label=f"its {smoothing.band_level:.0%} interval (autocorrelation-aware)"))
     ax_reward.legend(handles=key, loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
     ax_entropy.legend(handles=[mlines.Line2D([], [], color=grey, linewidth=1.5, label="sample entropy"),
                                mlines.Line2D([], [], color=grey, linewidth=1.2, linestyle="--", label="train entropy")],

@@ -21,6 +21,7 @@ class ReportSettings:
 
     final_window: int = 50
     ci_level: float = 0.95
+    ci_method: str = "ar1"
     figures_folder: str = "figures"
 
 
@@ -67,15 +68,48 @@ def ranked(summary: pl.DataFrame) -> pl.DataFrame:
 def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict | None:
     """The contrast row of a pair, turned so that delta is winner − other (interval and probability flipped too)."""
     for row in contrasts.iter_rows(named=True):
+        kept = {key: row[key] for key in ("ci_method", "unit", "resolved")}
         if (row["run_a"], row["run_b"]) == (other, winner):
             return {"delta": row["delta"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
-                    "prob_improvement": row["prob_improvement"]}
+                    "prob_improvement": row["prob_improvement"], **kept}
         if (row["run_a"], row["run_b"]) == (winner, other):
-            # Percentile intervals flip exactly under negation; ties count one half, so P(a wins) = 1 − P(b wins).
+            # Percentile and t intervals flip exactly under negation; ties count one half, so P(a wins) = 1 − P(b wins).
             flip = (lambda v: -v if _finite(v) else v)
             return {"delta": flip(row["delta"]), "ci_low": flip(row["ci_high"]), "ci_high": flip(row["ci_low"]),
-                    "prob_improvement": 1 - row["prob_improvement"] if _finite(row["prob_improvement"]) else None}
+                    "prob_improvement": 1 - row["prob_improvement"] if _finite(row["prob_improvement"]) else None,
+                    **kept}
     return None
+
+
+def interval_name(contrast: dict, level: str) -> str:
+    """How a contrast's interval was computed, in words."""
+    if contrast["unit"] == "runs":
+        return f"{level} stratified-bootstrap interval over runs"
+    if contrast["ci_method"] == "iid":
+        return f"{level} iid bootstrap interval"
+    return f"{level} interval (`{contrast['ci_method']}`, which allows for autocorrelated epochs)"
+
+
+def verdict(contrast: dict, level: str) -> str:
+    """What the interval supports: resolved only when a method that holds on autocorrelated epochs excludes zero,
+    and about which population (these runs, or the configurations their seeds sample)."""
+    if not (_finite(contrast["ci_low"]) and _finite(contrast["ci_high"])):
+        if contrast["unit"] == "runs":
+            return (" There is no interval: one of the two arms has a single run, which shows nothing of its "
+                    "configuration's spread; more seeds of it would.")
+        return " There is no interval (too few epochs in a window to estimate one)."
+    excludes = contrast["ci_low"] > 0 or contrast["ci_high"] < 0
+    if contrast["ci_method"] == "iid":
+        return (" This interval treats autocorrelated epochs as independent and is far too narrow, so it resolves "
+                "nothing" + (" even though it excludes zero." if excludes else "; it includes zero anyway."))
+    if contrast["unit"] == "runs":
+        scope = " This is a claim about the configurations: runs are the unit resampled."
+    else:
+        scope = (" The claim is about these two runs, not about their configurations: each arm has one run, and "
+                 "seeds (several runs per arm, the registry's `arm` column) would make it one.")
+    if contrast["resolved"]:
+        return f" The interval excludes zero: the lead is resolved at {level}." + scope
+    return f" The interval includes zero: the lead is not resolved at {level}." + scope
 
 
 def headline(ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.DataFrame,
@@ -108,33 +142,59 @@ def headline(ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.D
     if contrast is None:
         return text + f", a difference of {num(best['matched_reward'] - second['matched_reward'], signed=True)} " \
                       "(no contrast row, so no interval)."
-    text += (f": difference {num(contrast['delta'], signed=True)}, {level} bootstrap interval "
+    text += (f": difference {num(contrast['delta'], signed=True)}, {interval_name(contrast, level)} "
              f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
              f"{num(contrast['prob_improvement'])}.")
-    if _finite(contrast["ci_low"]) and _finite(contrast["ci_high"]):
-        if contrast["ci_low"] > 0 or contrast["ci_high"] < 0:
-            text += f" The interval excludes zero: the lead is resolved at {level}."
-        else:
-            text += f" The interval includes zero: the lead is not resolved at {level}."
-    return text
+    return text + verdict(contrast, level)
 
 
-def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame) -> str:
+def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
+    """The headline of an ablation whose arms have seeds: the best arm by the IQM of its runs' matched rewards."""
+    by_runs = contrasts.filter(pl.col("unit") == "runs")
+    iqms: dict[str, tuple[float, int]] = {}
+    for row in by_runs.iter_rows(named=True):
+        for side in ("a", "b"):
+            if _finite(row[f"matched_reward_{side}"]):
+                iqms[row[f"run_{side}"]] = (row[f"matched_reward_{side}"], row[f"n_runs_{side}"])
+    order = sorted(iqms, key=lambda arm: (-iqms[arm][0], arm))
+    if len(order) < 2:
+        return "The arms with seeds have no matched rewards to compare yet."
+    best, second = order[0], order[1]
+    level = f"{settings.ci_level:.0%}"
+    text = (f"Best configuration at the compute-matched horizon: arm **{best}** ({iqms[best][1]} runs), IQM of its "
+            f"runs' matched rewards {num(iqms[best][0])}, against {num(iqms[second][0])} for arm **{second}** "
+            f"({iqms[second][1]} runs)")
+    contrast = oriented_contrast(by_runs, best, second)
+    if contrast is None:
+        return text + "."
+    text += (f": difference {num(contrast['delta'], signed=True)}, {interval_name(contrast, level)} "
+             f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
+             f"{num(contrast['prob_improvement'])}.")
+    return text + verdict(contrast, level)
+
+
+def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: ReportSettings) -> str:
     labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
     header = ["run", "label", "epochs", "missing", "final reward", "AUC reward", "peak EMA", "peak epoch",
-              "matched horizon", "matched reward"]
+              "matched horizon", "matched reward", f"{settings.ci_level:.0%} interval", "IQM", "effective n"]
     rows = [
         [f"`{r['run_id']}`", labels.get(r["run_id"]) or MISSING,
          f"{integer(r['n_epochs'])} ({integer(r['first_epoch'])}–{integer(r['last_epoch'])})",
          integer(r["missing_epochs"]), num(r["final_reward"]), num(r["auc_reward"]), num(r["peak_reward_ema"]),
-         integer(r["peak_epoch"]), integer(r["matched_horizon"]), num(r["matched_reward"])]
+         integer(r["peak_epoch"]), integer(r["matched_horizon"]), num(r["matched_reward"]),
+         interval(r["matched_ci_low"], r["matched_ci_high"]), num(r["matched_iqm"]), one_decimal(r["matched_effective_n"])]
         for r in ranked(summary).iter_rows(named=True)
     ]
     return table(header, rows)
 
 
+def one_decimal(value) -> str:
+    return f"{value:.1f}" if _finite(value) else MISSING
+
+
 def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
-    header = ["run A", "run B", "Δ matched reward (B − A)", f"{settings.ci_level:.0%} interval", "P(B > A)", "ahead"]
+    header = ["run A", "run B", "Δ matched reward (B − A)", f"{settings.ci_level:.0%} interval", "resolved",
+              "unit", "P(B > A)", "ahead"]
 
     def ahead(row: dict) -> str:
         if not _finite(row["delta"]) or row["delta"] == 0:
@@ -143,7 +203,8 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
 
     rows = [
         [f"`{r['run_a']}`", f"`{r['run_b']}`", num(r["delta"], signed=True), interval(r["ci_low"], r["ci_high"]),
-         num(r["prob_improvement"]), ahead(r)]
+         "yes" if r["resolved"] and r["ci_method"] != "iid" else "no", r["unit"], num(r["prob_improvement"]),
+         ahead(r)]
         for r in contrasts.sort("run_a", "run_b").iter_rows(named=True)
     ]
     return table(header, rows)
@@ -214,11 +275,14 @@ def ablation_section(
     members = _of_ablation(runs, "ablation", ablation).sort("run_id")
     ids = members["run_id"].to_list()
     summary = summary.filter(pl.col("run_id").is_in(ids))
+    # a row of arms with seeds names the arms, not runs
     contrasts = _of_ablation(contrasts, "ablation", ablation).filter(
-        pl.col("run_a").is_in(ids) & pl.col("run_b").is_in(ids))
+        (pl.col("run_a").is_in(ids) & pl.col("run_b").is_in(ids)) | (pl.col("unit") == "runs"))
     snapshots = snapshots.filter(pl.col("run_id").is_in(ids))
     name = ablation or "unassigned"
-    lines = ["", f"## Ablation `{name}`", "", headline(members, summary, contrasts, settings)]
+    with_seeds = contrasts.height and contrasts["unit"].eq("runs").any()
+    lead = arm_headline(contrasts, settings) if with_seeds else headline(members, summary, contrasts, settings)
+    lines = ["", f"## Ablation `{name}`", "", lead]
     if full:
         stem, folder = file_stem(ablation), settings.figures_folder
         lines += ["", f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)", "",
@@ -229,13 +293,18 @@ def ablation_section(
         "", "### Runs", "",
         f"Best matched reward first. *Final reward*: mean over the last {settings.final_window} loaded epochs; "
         "*AUC reward*: mean over all loaded epochs; *peak EMA*: the highest smoothed reward and the first epoch "
-        "reaching it.",
-        "", runs_table(members, summary),
+        f"reaching it. The matched reward's *{settings.ci_level:.0%} interval* allows for autocorrelated epochs; "
+        "*IQM*: the interquartile mean of its window; *effective n*: how many independent epochs the window is "
+        "worth.",
+        "", runs_table(members, summary, settings),
     ]
     if contrasts.height:
         lines += ["", "### Pairwise contrasts of the matched reward", "",
                   "As in `ablation_contrasts`: one row per pair with run A < run B by id, so a negative Δ means "
-                  "run A is ahead.", "", contrasts_table(contrasts, settings)]
+                  "run A is ahead. *Resolved*: the interval excludes zero. Unit *epochs of one run*: the claim is "
+                  "about these two runs, not their configurations (seeds would make it one); unit *runs*: run A "
+                  "and run B are arms of several seeds, compared by the IQM of their runs.", "",
+                  contrasts_table(contrasts, settings)]
     if full and snapshots.height:
         lines += ["", "### Snapshots", "",
                   "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",
@@ -255,6 +324,14 @@ def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.D
     return names[0] if len(names) else None
 
 
+def method_sentence(ci_method: str) -> str:
+    if ci_method == "iid":
+        return ("`iid`: the window's epochs resampled as if independent, which per-epoch rewards are not, so no "
+                "lead is called resolved; arms of several seeds resample runs")
+    return (f"`{ci_method}`, which allows for the autocorrelation of per-epoch rewards; arms of several seeds "
+            "resample runs")
+
+
 def render_report(
     runs: pl.DataFrame,
     summary: pl.DataFrame,
@@ -272,8 +349,9 @@ def render_report(
         f"ablation{'s' if len(ablations) != 1 else ''}. Runs are compared at each ablation's **compute-matched "
         "horizon**, the last epoch of its shortest run: a run's *matched reward* is the mean per-epoch reward over "
         f"its last {settings.final_window} loaded epochs at or before that epoch. Differences carry a "
-        f"{settings.ci_level:.0%} bootstrap interval and the *probability of improvement*, the chance that a "
-        "per-epoch reward of one run in its matched window exceeds one of the other (ties count one half).",
+        f"{settings.ci_level:.0%} interval ({method_sentence(settings.ci_method)}) and the *probability of "
+        "improvement*, the chance that a per-epoch reward of one run in its matched window exceeds one of the other "
+        "(ties count one half).",
         "",
         "The tables behind these numbers (`run_summary`, `ablation_contrasts`, `snapshots`, `epoch_metrics`) are "
         "beside this file as CSV and Parquet, and in `warehouse.duckdb`.",

@@ -57,6 +57,10 @@ SUMMARY = pl.DataFrame(
         "peak_epoch": [9, 5, 1, 3],
         "matched_horizon": [1, 1, 1, 3],
         "matched_reward": [0.7004, 0.5, 0.35, 0.15],
+        "matched_ci_low": [0.61, 0.41, None, 0.05],
+        "matched_ci_high": [0.79, 0.59, None, 0.25],
+        "matched_iqm": [0.7, 0.5, 0.35, 0.15],
+        "matched_effective_n": [5.43, 4.0, None, 3.2],
         "final_snapshot_id": ["s_l9", "s_m5", "s_s1", "s_o3"],
         "best_snapshot_id": ["s_l9", "s_m5", "s_s1", "s_o3"],
         "matched_snapshot_id": ["s_l1", "s_m1", "s_s1", "s_o3"],
@@ -73,6 +77,9 @@ CONTRASTS = pl.DataFrame(
         "delta": [-0.2004, -0.3504, -0.15],
         "ci_low": [-0.35, -0.5, -0.3],
         "ci_high": [-0.05, -0.2, math.nan],
+        "ci_method": ["ar1"] * 3,
+        "unit": ["epochs of one run"] * 3,
+        "resolved": [True, True, False],
         "prob_improvement": [0.2, 0.0, 0.25],
     }
 )

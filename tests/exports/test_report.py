@@ -31,7 +31,7 @@ def number(cell: str) -> float | None:
 
 def headline_numbers(headline: str) -> list[float]:
     """The difference, interval and probability of improvement a headline states."""
-    found = re.search(r"difference ([+-]\d\.\d{3}), 95% (?:\w+ )?interval \[(\S+), (\S+)\], "
+    found = re.search(r"difference ([+-]\d\.\d{3}), 95% [^\[]*\[(\S+), (\S+)\], "
                       r"probability of improvement (\d\.\d{3})", headline)
     return [float(g) for g in found.groups()]
 
@@ -56,6 +56,10 @@ def test_runs_table_numbers_equal_run_summary(report, tables):
         for column, key in [("final reward", "final_reward"), ("AUC reward", "auc_reward"),
                             ("peak EMA", "peak_reward_ema"), ("matched reward", "matched_reward")]:
             assert number(row[column]) == expected(want[key])
+        low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()
+        assert (number(low), number(high)) == (expected(want["matched_ci_low"]), expected(want["matched_ci_high"]))
+        assert row["effective n"] == ("–" if want["matched_effective_n"] is None
+                                      else f"{want['matched_effective_n']:.1f}")
         assert int(row["matched horizon"]) == want["matched_horizon"]
         assert int(row["peak epoch"]) == want["peak_epoch"]
         assert row["epochs"] == f"{want['n_epochs']} ({want['first_epoch']}–{want['last_epoch']})"
@@ -70,6 +74,7 @@ def test_contrasts_table_numbers_equal_ablation_contrasts(report, tables):
         low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()
         assert (number(low), number(high)) == (expected(want["ci_low"]), expected(want["ci_high"]))
         assert number(row["P(B > A)"]) == expected(want["prob_improvement"])
+        assert (row["resolved"], row["unit"]) == ("yes" if want["resolved"] else "no", want["unit"])
         assert row["ahead"] == f"`{want['run_b'] if want['delta'] > 0 else want['run_a']}`"
 
 
@@ -80,7 +85,10 @@ def test_headline_names_the_winner_and_turns_its_contrast_round(report):
                      r"\*\*Mid run\*\* \(`r_mid`\)", text)
     # The table row is r_mid − r_long = −0.2004 [−0.35, −0.05], P = 0.2; the winner's view is its mirror image.
     assert headline_numbers(text) == [0.200, 0.050, 0.350, 0.800]
-    assert "excludes zero" in text
+    assert "excludes zero: the lead is resolved at 95%" in text
+    assert "95% interval (`ar1`" in text
+    # one run per arm: the report says whose claim it is, and what would make it one about configurations
+    assert "about these two runs, not about their configurations" in text and "seeds" in text
 
 
 def test_single_run_ablation_says_there_is_nothing_to_compare(report):
@@ -112,7 +120,7 @@ def test_largest_ablation_comes_first_and_the_report_is_deterministic(report, ta
 
 
 def test_unresolved_lead_and_missing_values(tables):
-    contrasts = tables["contrasts"].with_columns(ci_low=pl.lit(-0.4), ci_high=pl.lit(0.1))
+    contrasts = tables["contrasts"].with_columns(ci_low=pl.lit(-0.4), ci_high=pl.lit(0.1), resolved=pl.lit(False))
     summary = tables["summary"].with_columns(
         final_reward=pl.when(pl.col("run_id") == "r_mid").then(None).otherwise(pl.col("final_reward")))
     text = render_report(tables["runs"], summary, contrasts, tables["snapshots"])
@@ -158,3 +166,29 @@ def test_the_interval_level_is_the_one_asked_for(tables):
     assert "95%" not in text
     assert "80% interval" in section(text, "### Pairwise contrasts of the matched reward")
     assert "resolved at 80%" in section(text, "## Ablation `abl`")
+
+
+def test_an_iid_interval_resolves_nothing(tables):
+    contrasts = tables["contrasts"].with_columns(ci_method=pl.lit("iid"))
+    text = render_report(tables["runs"], tables["summary"], contrasts, tables["snapshots"],
+                         ReportSettings(ci_method="iid"))
+    headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
+    assert "95% iid bootstrap interval [0.050, 0.350]" in headline
+    assert "resolves nothing even though it excludes zero" in headline and "is resolved" not in headline
+    rows = markdown_table(section(text, "### Pairwise contrasts of the matched reward"))
+    assert {row["resolved"] for row in rows} == {"no"}
+
+
+def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
+    runs = pl.DataFrame({"run_id": ["a0", "a1", "b0", "b1"], "ablation": ["seeds"] * 4, "label": [None] * 4})
+    contrasts = pl.DataFrame({
+        "ablation": ["seeds"], "run_a": ["arm_a"], "run_b": ["arm_b"], "delta": [0.12], "ci_low": [0.04],
+        "ci_high": [0.2], "ci_method": ["stratified bootstrap"], "unit": ["runs"], "resolved": [True],
+        "prob_improvement": [1.0], "matched_reward_a": [0.4], "matched_reward_b": [0.52], "n_runs_a": [2],
+        "n_runs_b": [2]})
+    summary = tables["summary"].head(0)
+    text = render_report(runs, summary, contrasts, tables["snapshots"].head(0))
+    headline = section(text, "## Ablation `seeds`").strip().splitlines()[0]
+    assert headline.startswith("Best configuration at the compute-matched horizon: arm **arm_b** (2 runs)")
+    assert "difference +0.120, 95% stratified-bootstrap interval over runs [0.040, 0.200]" in headline
+    assert "resolved at 95%" in headline and "claim about the configurations" in headline

@@ -19,7 +19,7 @@ def test_bundled_rows_for_the_published_runs():
     assert rows["mt3_2f_grpo_mt_v3_2fp"] | {} == {
         "run_id": "mt3_2f_grpo_mt_v3_2fp", "release": "r", "reward_family": "intragroup_pairwise",
         "fp_per_group": 2, "group_size": 8, "ablation": "multi_target",
-        "label": "PV2 intragroup pairwise, 2/8 FP", "release_root": "/data/r",
+        "label": "PV2 intragroup pairwise, 2/8 FP", "arm": "mt3_2f_grpo_mt_v3_2fp", "release_root": "/data/r",
     }
     assert rows["binary_v1_grpo_binary_v1_bs64"]["reward_family"] == "binary"
     assert rows["binary_v1_grpo_binary_v1_bs64"]["fp_per_group"] is None  # not published
@@ -76,3 +76,10 @@ def test_malformed_registry_gives_a_clear_error(tmp_path, text, fragment):
     with pytest.raises(RegistryError, match=fragment) as info:
         read_registry(registry)
     assert str(registry) in str(info.value)
+
+
+def test_a_registry_groups_seeds_into_arms(tmp_path):
+    registry = tmp_path / "seeds.csv"
+    registry.write_text("run_id,ablation,arm\nbase,abl,config\nbase_s001,abl,config\n")
+    dim = build_dim_runs(runs("base", "base_s001", "other"), [registry])
+    assert dict(zip(dim["run_id"], dim["arm"])) == {"base": "config", "base_s001": "config", "other": "other"}

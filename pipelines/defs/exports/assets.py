@@ -102,7 +102,8 @@ def content_version(files: dict[str, bytes]) -> dg.DataVersion:
 
 
 def report_settings(warehouse: WarehouseConfig) -> ReportSettings:
-    return ReportSettings(final_window=warehouse.final_window, ci_level=warehouse.ci_level, figures_folder=FIGURES)
+    return ReportSettings(final_window=warehouse.final_window, ci_level=warehouse.ci_level,
+                          ci_method=warehouse.ci_method, figures_folder=FIGURES)
 
 
 def kept_result(context: dg.AssetExecutionContext, entry: dict, metadata: dict) -> dg.MaterializeResult:
