@@ -182,7 +182,8 @@ def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: Rep
          f"{integer(r['n_epochs'])} ({integer(r['first_epoch'])}–{integer(r['last_epoch'])})",
          integer(r["missing_epochs"]), num(r["final_reward"]), num(r["auc_reward"]), num(r["peak_reward_ema"]),
          integer(r["peak_epoch"]), integer(r["matched_horizon"]), num(r["matched_reward"]),
-         interval(r["matched_ci_low"], r["matched_ci_high"]), num(r["matched_iqm"]), one_decimal(r["matched_effective_n"])]
+         interval(r["matched_ci_low"], r["matched_ci_high"]), num(r["matched_iqm"]),
+         one_decimal(r["matched_effective_n"])]
         for r in ranked(summary).iter_rows(named=True)
     ]
     return table(header, rows)

@@ -1,7 +1,6 @@
 """Generated runs whose per-epoch mean rewards drift as an AR(1) process, for the interval tests."""
 
 import numpy as np
-
 from mart_fixture import epoch
 
 

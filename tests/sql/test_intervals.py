@@ -4,11 +4,11 @@ twin (pipelines.stats.intervals), the pieces against scipy/statsmodels/arch, and
 import duckdb
 import numpy as np
 import pytest
+from autocorrelated import ablation_epochs, ar1_curves
+from mart_fixture import build_marts, create_staging, epoch, rows
 from scipy import stats as scipy_stats
 from statsmodels.tsa.stattools import acovf
 
-from autocorrelated import ablation_epochs, ar1_curves
-from mart_fixture import build_marts, create_staging, epoch, rows
 from pipelines.models import FUNCTIONS_SQL
 from pipelines.stats import intervals, study
 
