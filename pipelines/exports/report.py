@@ -288,8 +288,9 @@ def ablation_section(
         stem, folder = file_stem(ablation), settings.figures_folder
         lines += ["", f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)", "",
                   f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
-                  f"per-epoch mean reward; points: per-epoch means; band: ≈{settings.ci_level:.0%} interval of the EMA "
-                  "from the trailing spread of per-epoch means; diamonds: matched rewards; dotted line: the horizon."]
+                  "per-epoch mean reward; points: per-epoch means; band: the EMA ± the trailing spread of per-epoch "
+                  "means (descriptive: it treats neighbouring epochs as independent, so it is no test); diamonds: "
+                  f"matched rewards, with bars for their {settings.ci_level:.0%} intervals; dotted line: the horizon."]
     lines += [
         "", "### Runs", "",
         f"Best matched reward first. *Final reward*: mean over the last {settings.final_window} loaded epochs; "
