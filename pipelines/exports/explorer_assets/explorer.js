@@ -236,8 +236,11 @@
   }
 
   function forestSpec(ablation, width) {
+    const shared = (label) => ablation.runs.filter((r) => r.label === label).length > 1;
     const rows = ablation.runs.filter((r) => present(r.matched_reward)).map((r) => ({
-      run_id: r.run_id, label: r.label, matched_reward: r.matched_reward, low: r.matched_ci_low,
+      // one row per run, even when two runs share a label
+      run_id: r.run_id, label: shared(r.label) ? `${r.label} · ${r.run_id}` : r.label,
+      matched_reward: r.matched_reward, low: r.matched_ci_low,
       high: r.matched_ci_high, interval: interval(r.matched_ci_low, r.matched_ci_high),
     }));
     const withInterval = rows.some((r) => present(r.low) && present(r.high));
@@ -486,6 +489,8 @@
   // Vega warns of an "infinite extent" whenever a hover layer's filter leaves it empty (no pointer on the chart):
   // expected, so only errors reach the console (1 is Vega's log level Error).
   const EMBED = { actions: false, renderer: "svg", tooltip: { theme: "light" }, logLevel: 1 };
+  // SVG keeps every mark an element (crisp, inspectable); past this many epoch rows a canvas draws faster
+  const SVG_ROWS = 40000;
 
   function indexRows(rows) {
     const byRun = new Map();
@@ -503,7 +508,8 @@
     const curvesWidth = Math.max(360, nodes.charts.clientWidth - nodes.forest.offsetWidth - 24 - 90);
     section.rows = epochRows(ablation, explorer.weight);
     section.rowsByRun = indexRows(section.rows);
-    const curves = await vegaEmbed(nodes.curves, curvesSpec(ablation, curvesWidth, section.rows), EMBED);
+    const curves = await vegaEmbed(nodes.curves, curvesSpec(ablation, curvesWidth, section.rows),
+                                   { ...EMBED, renderer: section.rows.length > SVG_ROWS ? "canvas" : "svg" });
     section.views.curves = curves.view;
     curves.view.addSignalListener("hover", (_, value) => showReadout(section, epochOf(value)));
     nodes.curves.addEventListener("pointermove", (event) => { section.pointer = event; placeReadout(section); });
