@@ -64,7 +64,6 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
     from pipelines.definitions import defs as load_defs
     from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
     from pipelines.defs.resources import WarehouseConfig
-    from pipelines.lake import select_runs
     from pipelines.release.discover import find_run_folders
     from pipelines.warehouse_db import lake_dir
 
@@ -79,7 +78,7 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
     # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
     # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
     # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
-    stale = set(select_runs(runs.values(), lake_dir(warehouse), config.max_file_bytes, full_scan).stale)
+    stale = stale_runs(runs, lake_dir(warehouse), config.max_file_bytes, full_scan)
     print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
           flush=True)
 
@@ -119,6 +118,19 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
         step = f" in {failure.step_key}" if failure else ""
         raise BuildError(f"the build failed{step}: {reason}")
     return print_summary(warehouse, time.perf_counter() - started)
+
+
+def stale_runs(runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False) -> set[str]:
+    """The run ids whose lake partitions are out of date (lake.select_runs), and those the lake has no manifest of.
+
+    A run the lake has no manifest of has everything to ingest: it is not listed here, since its ingest lists it
+    anyway (on a fresh build, that is every file of the release, listed once instead of twice).
+    """
+    from pipelines.lake import manifest_file, select_runs
+
+    new = {run_id for run_id in runs if not manifest_file(lake, run_id).exists()}
+    known = [run for run_id, run in runs.items() if run_id not in new]
+    return set(select_runs(known, lake, max_file_bytes, full_scan).stale) | new
 
 
 def _describe(stale: set[str], gone: set[str]) -> str:

@@ -7,8 +7,9 @@ import dagster as dg
 import pytest
 
 import pipelines.build
+import pipelines.lake
 from conftest import epoch_document
-from pipelines.build import _partition_blocks
+from pipelines.build import _partition_blocks, stale_runs
 from pipelines.lake import ingest_runs, select_runs
 from pipelines.release.discover import find_run_folders
 
@@ -79,6 +80,20 @@ def test_select_runs_names_new_changed_and_gone_runs(tmp_path, write_epoch):
     (release / "run_b" / "epoch_001_results.json").unlink()
     runs, _, _ = find_run_folders([release])
     assert select_runs(list(runs.values()), lake, 10**6).work["run_b"].removed == ["run_b/epoch_001_results.json"]
+
+
+def test_runs_new_to_the_lake_are_stale_without_being_listed(tmp_path, write_epoch, monkeypatch):
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    three_runs(release, write_epoch)
+    runs, _, _ = find_run_folders([release])
+    ingest_runs([runs["run_a"], runs["run_b"]], lake, 10**6, workers=1)
+    write_epoch(release / "run_b", 2)
+    listed = []
+    list_run = pipelines.lake.list_run
+    monkeypatch.setattr(pipelines.lake, "list_run", lambda run: listed.append(run.run_id) or list_run(run))
+    # run_c has no manifest: its ingest lists it; run_b's new file is found by listing it here
+    assert stale_runs(runs, lake, 10**6, full_scan=True) == {"run_b", "run_c"}
+    assert sorted(listed) == ["run_a", "run_b"]
 
 
 @pytest.mark.slow
