@@ -28,8 +28,9 @@ MAX_ABLATIONS_ON_INDEX = 4
 EPOCH_COLUMNS = ["epoch", "mean_reward", "frac_zero_std_groups", "sample_entropy", "train_entropy", "snapshot_id"]
 SUMMARY_COLUMNS = ["n_epochs", "first_epoch", "last_epoch", "missing_epochs", "final_reward", "peak_reward_ema",
                    "peak_epoch", "matched_horizon", "matched_epoch", "matched_reward", "matched_ci_low",
-                   "matched_ci_high"]
-# ci_method, unit and resolved are shown when the warehouse's ablation_contrasts has them.
+                   "matched_ci_high", "matched_iqm", "matched_effective_n"]
+# The interval columns (matched_ci_*, matched_iqm, matched_effective_n; ci_method, unit, resolved) are shown when the
+# warehouse's tables have them.
 CONTRAST_COLUMNS = ["run_a", "run_b", "delta", "ci_low", "ci_high", "ci_method", "unit", "resolved",
                     "prob_improvement"]
 SNAPSHOT_COLUMNS = ["run_id", "role", "epoch", "snapshot_id", "model_name"]

@@ -100,20 +100,15 @@ def test_an_ablation_carries_its_own_runs_epochs_in_order_and_no_nan(tables):
 
 
 def test_interval_columns_are_carried_when_the_warehouse_has_them(tables):
-    plain = ablation_payload("abl", explorer_tables(tables))
-    assert "matched_ci_low" not in plain["runs"][0] and "ci_method" not in plain["contrasts"][0]
-    richer = {
-        **tables,
-        "summary": tables["summary"].with_columns(matched_ci_low=pl.col("matched_reward") - 0.1,
-                                                  matched_ci_high=pl.col("matched_reward") + 0.1),
-        "contrasts": tables["contrasts"].with_columns(ci_method=pl.lit("block bootstrap"),
-                                                      unit=pl.lit("epochs of one run"), resolved=pl.lit(True)),
-    }
-    payload = ablation_payload("abl", explorer_tables(richer))
-    assert payload["runs"][1]["matched_ci_low"] == pytest.approx(0.4)
-    assert payload["runs"][1]["matched_ci_high"] == pytest.approx(0.6)
-    assert {k: payload["contrasts"][0][k] for k in ("ci_method", "unit", "resolved")} == {
-        "ci_method": "block bootstrap", "unit": "epochs of one run", "resolved": True}
+    payload = ablation_payload("abl", explorer_tables(tables))
+    assert (payload["runs"][1]["matched_ci_low"], payload["runs"][1]["matched_ci_high"]) == (0.41, 0.59)
+    assert payload["runs"][2]["matched_ci_low"] is None  # no interval: null, and the column still said
+    assert {k: payload["contrasts"][2][k] for k in ("ci_method", "unit", "resolved")} == {
+        "ci_method": "ar1", "unit": "epochs of one run", "resolved": False}
+    older = {**tables, "summary": tables["summary"].drop("matched_ci_low", "matched_ci_high"),
+             "contrasts": tables["contrasts"].drop("ci_method", "unit", "resolved")}
+    plain = ablation_payload("abl", explorer_tables(older))
+    assert "matched_ci_low" not in plain["runs"][0] and "resolved" not in plain["contrasts"][0]
 
 
 def test_a_page_fetches_nothing_and_its_data_cannot_close_its_script(tables):

@@ -265,7 +265,7 @@
       width, height: { step: 30 },
       title: { text: horizons.length === 1 ? `Matched reward at epoch ${horizons[0]}` : "Matched reward",
                subtitle: [`mean of each run's last ${SETTINGS.final_window} epochs ≤ the horizon`,
-                          withInterval ? `bars: ${level} interval` : "(no interval for a single run's mean in this warehouse)"] },
+                          withInterval ? `bars: ${level} interval` : "(no interval for these means)"] },
       data: { values: rows }, transform: [VISIBLE], layer: layers,
     };
   }
@@ -331,10 +331,14 @@
 
   function runsTable(section) {
     const { ablation } = section;
-    const withInterval = ablation.runs.some((r) => present(r.matched_ci_low));
+    const withInterval = ablation.runs.some((r) => "matched_ci_low" in r);
+    const withIqm = ablation.runs.some((r) => "matched_iqm" in r);
+    const withN = ablation.runs.some((r) => "matched_effective_n" in r);
     const head = el("tr", {}, el("th", {}, ""), el("th", {}, "run"), el("th", { class: "n" }, "epochs"),
                     el("th", { class: "n" }, `final reward`), el("th", { class: "n" }, "peak EMA (epoch)"),
-                    el("th", { class: "n" }, "matched reward"), withInterval ? el("th", { class: "n" }, `${level} interval`) : null);
+                    el("th", { class: "n" }, "matched reward"), withInterval ? el("th", { class: "n" }, `${level} interval`) : null,
+                    withIqm ? el("th", { class: "n", title: "interquartile mean of the matched window" }, "IQM") : null,
+                    withN ? el("th", { class: "n", title: "effective sample size of the matched window" }, "effective n") : null);
     const rows = ablation.runs.map((run) => {
       const row = el("tr", { class: "run", "data-run": run.run_id, tabindex: 0,
                              title: "click: hide/show · shift-click: this run only" },
@@ -346,7 +350,9 @@
         el("td", { class: "n" }, num(run.final_reward)),
         el("td", { class: "n" }, `${num(run.peak_reward_ema)} (${present(run.peak_epoch) ? run.peak_epoch : "–"})`),
         el("td", { class: "n" }, num(run.matched_reward)),
-        withInterval ? el("td", { class: "n" }, interval(run.matched_ci_low, run.matched_ci_high)) : null);
+        withInterval ? el("td", { class: "n" }, interval(run.matched_ci_low, run.matched_ci_high)) : null,
+        withIqm ? el("td", { class: "n" }, num(run.matched_iqm)) : null,
+        withN ? el("td", { class: "n" }, num(run.matched_effective_n, 1)) : null);
       row.addEventListener("click", (event) => toggleRun(section, run.run_id, event.shiftKey || event.altKey));
       row.addEventListener("keydown", (event) => {
         if (event.key === "Enter" || event.key === " ") {
@@ -362,19 +368,20 @@
 
   /** A run's label with its colour, for the tables. */
   function runName(ablation, runId) {
-    const run = ablation.runs.find((r) => r.run_id === runId) || { label: runId, colour: "#999" };
+    const run = ablation.runs.find((r) => r.run_id === runId);
+    if (!run) return el("span", { class: "run-name" }, `arm ${runId}`); // a contrast of arms (their seeds resampled)
     return el("span", { class: "run-name", title: runId }, el("span", { class: "swatch", style: { background: run.colour } }),
               run.label);
   }
+
+  /** Whether a contrast is resolved: the warehouse's word (an interval that allows for autocorrelated epochs
+   * excludes zero; an iid one resolves nothing), or null when its tables do not say. */
+  const resolvedOf = (row) => (row.resolved === undefined ? null : row.resolved);
 
   function contrastsTable(ablation) {
     const rows = ablation.contrasts;
     if (!rows.length) return el("p", { class: "note" }, "No pair of runs to compare in this ablation.");
     const has = (column) => rows.some((r) => r[column] !== undefined && r[column] !== null);
-    const resolvedOf = (r) => {
-      if (r.resolved !== undefined && r.resolved !== null) return r.resolved;
-      return present(r.ci_low) && present(r.ci_high) ? r.ci_low > 0 || r.ci_high < 0 : null;
-    };
     const head = el("tr", {}, el("th", {}, "run A"), el("th", {}, "run B"), el("th", { class: "n" }, "Δ matched reward (B − A)"),
                     el("th", { class: "n" }, `${level} interval`), has("ci_method") ? el("th", {}, "method") : null,
                     has("unit") ? el("th", {}, "unit") : null, el("th", { class: "n" }, "P(B > A)"),
@@ -389,11 +396,14 @@
         el("td", { class: "n" }, num(r.prob_improvement)),
         el("td", { class: resolved ? "yes" : "no" }, verdict));
     });
-    const note = has("ci_method") ? "resolved: the interval excludes zero."
-      : "resolved: the interval excludes zero. The interval resamples epochs as if independent; "
-        + "per-epoch rewards are autocorrelated, so read it as too narrow.";
+    const note = has("resolved")
+      ? "Resolved: an interval that allows for autocorrelated epochs excludes zero (an iid interval, which treats "
+        + "them as independent and is far too narrow, resolves nothing). Unit: epochs of one run, a claim about "
+        + "these two runs; runs, a claim about configurations whose seeds are resampled."
+      : "These intervals resample epochs as if independent; per-epoch rewards are autocorrelated, so they are too "
+        + "narrow to resolve anything.";
     return el("div", {}, el("table", { class: "data" }, el("thead", {}, head), el("tbody", {}, body)),
-              el("p", { class: "note" }, `Δ and P(B > A) compare the runs' matched windows. ${note}`));
+              el("p", { class: "note" }, `Δ and P(B > A) compare the matched windows. ${note}`));
   }
 
   function snapshotsTable(ablation) {
@@ -425,9 +435,15 @@
       const flip = row.run_a === best.run_id; // the row is B − A: turn it into leader − runner-up
       const lo = flip ? -row.ci_high : row.ci_low;
       const hi = flip ? -row.ci_low : row.ci_high;
-      const resolved = row.resolved ?? (lo > 0 || hi < 0);
-      text += `: Δ ${signed(flip ? -row.delta : row.delta)}, ${level} interval ${interval(lo, hi)}, `
-        + (resolved ? "which excludes zero (resolved)." : "which includes zero: not resolved.");
+      const resolved = resolvedOf(row);
+      text += `: Δ ${signed(flip ? -row.delta : row.delta)}, ${level} interval ${interval(lo, hi)}`;
+      if (row.ci_method === "iid" || resolved === null) {
+        text += ", which treats autocorrelated epochs as independent: too narrow to resolve anything.";
+      } else if (resolved) {
+        text += row.unit === "runs" ? ": resolved, for the configurations." : ": resolved, for these two runs.";
+      } else {
+        text += ", which includes zero: not resolved.";
+      }
     } else {
       text += ".";
     }
