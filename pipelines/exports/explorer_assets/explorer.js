@@ -465,20 +465,19 @@
 
   function showReadout(section, epoch) {
     const box = section.readout;
+    section.hoverEpoch = epoch;
     if (epoch === null) {
       box.hidden = true;
       return;
     }
-    const rows = section.ablation.runs.filter((r) => !section.hidden.has(r.run_id)).map((run) => {
-      const row = section.rowsByRun.get(run.run_id)?.get(epoch);
-      if (!row) return null;
-      return el("tr", {},
-        el("td", {}, el("span", { class: "swatch", style: { background: run.colour } })),
-        el("td", { class: "label" }, run.label),
-        el("td", { class: "n" }, num(row.smoothed)), el("td", { class: "n" }, num(row.reward)),
-        el("td", { class: "n" }, percent(row.flat)), el("td", {}, el("code", {}, modelName(row.snapshot_id))));
-    }).filter(Boolean)
-      .sort((a, b) => Number(b.children[2].textContent) - Number(a.children[2].textContent) || 0);
+    const atEpoch = section.ablation.runs.filter((run) => !section.hidden.has(run.run_id))
+      .map((run) => [run, section.rowsByRun.get(run.run_id)?.get(epoch)]).filter(([, row]) => row)
+      .sort(([, a], [, b]) => (present(b.smoothed) ? b.smoothed : -Infinity) - (present(a.smoothed) ? a.smoothed : -Infinity));
+    const rows = atEpoch.map(([run, row]) => el("tr", {},
+      el("td", {}, el("span", { class: "swatch", style: { background: run.colour } })),
+      el("td", { class: "label" }, run.label),
+      el("td", { class: "n" }, num(row.smoothed)), el("td", { class: "n" }, num(row.reward)),
+      el("td", { class: "n" }, percent(row.flat)), el("td", {}, el("code", {}, modelName(row.snapshot_id)))));
     box.replaceChildren(
       el("div", { class: "epoch" }, `epoch ${epoch}`),
       el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "run"), el("th", { class: "n" }, "smoothed"),
@@ -540,6 +539,7 @@
       section.rows = epochRows(section.ablation, weight);
       section.rowsByRun = indexRows(section.rows);
       if (section.views.curves) await section.views.curves.data("epochs", section.rows).runAsync();
+      if (!section.readout.hidden) showReadout(section, section.hoverEpoch);
     }
   }
   explorer.setWeight = setWeight;
@@ -565,7 +565,8 @@
       curves: el("div", { class: "curves" }), forest: el("div", { class: "forest" }),
       breakdowns: el("div", { class: "breakdowns" }),
     };
-    const section = { ablation, nodes, views: {}, hidden: new Set(), runRows: {}, pointer: null, readout: null };
+    const section = { ablation, nodes, views: {}, hidden: new Set(), runRows: {}, pointer: null, readout: null,
+                      hoverEpoch: null };
     section.readout = el("div", { class: "readout", hidden: true });
     nodes.charts = el("div", { class: "charts" }, el("div", { class: "curves-host" }, nodes.curves, section.readout),
                       nodes.forest);
