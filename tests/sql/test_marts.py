@@ -4,8 +4,8 @@ import math
 
 import duckdb
 import pytest
-
 from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch, rows, warehouse_con  # noqa: F401
+from oracles import tensorboard_ema
 
 
 def by_key(con, table: str, *key: str) -> dict:
@@ -205,19 +205,6 @@ def test_ci_level_sets_the_width_of_the_contrast_interval():
     # and the 99% one about a third wider (z 2.58): well inside these bounds, whatever the interval's method.
     assert widths[0.5] < 0.6 * widths[0.95]
     assert widths[0.99] > 1.1 * widths[0.95]
-
-
-def tensorboard_ema(values: list[float], weight: float) -> list[float]:
-    """TensorBoard's scalar smoothing (debiased EMA), transcribed from its dashboard code."""
-    last, count, out = 0.0, 0, []
-    for y in values:
-        if y is None or not math.isfinite(y):
-            out.append(y)
-            continue
-        last = last * weight + (1 - weight) * y
-        count += 1
-        out.append(last / (1 - weight**count) if weight != 1 else last)
-    return out
 
 
 # 0.9 and 0.6 tell w from 1 − w (0.5 cannot); at 1 TensorBoard does not debias and the line stays at 0; at 0 the

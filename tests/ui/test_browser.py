@@ -40,8 +40,8 @@ def find_browser() -> tuple[str, str]:
     return chromium, driver
 
 
-@pytest.fixture
-def browser(tmp_path):
+def start_chromium(tmp_path, capabilities: dict | None = None):
+    """Headless Chromium under WebDriver, with a profile of its own in tmp_path and any extra capabilities."""
     chromium, driver_path = find_browser()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -51,7 +51,14 @@ def browser(tmp_path):
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path, prefix='chromium-')}")
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    for name, value in (capabilities or {}).items():
+        options.set_capability(name, value)
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    driver = start_chromium(tmp_path)
     try:
         yield driver
     finally:

@@ -3,13 +3,12 @@ ablation without a console error, its smoothing reproduces reward_ema, hovering 
 removes its marks."""
 
 import json
-import math
-import tempfile
 import time
 
 import duckdb
 import pytest
-from test_browser import ARTIFACTS, CHROMIUM_FLAGS, find_browser
+from oracles import tensorboard_ema
+from test_browser import ARTIFACTS, start_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +27,8 @@ def sample_warehouse(tmp_path_factory):
 
 @pytest.fixture
 def offline_browser(tmp_path):
-    chromium, driver_path = find_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path, prefix='chromium-')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    """Chromium with its console and network logged, and the network off."""
+    driver = start_chromium(tmp_path, {"goog:loggingPrefs": {"browser": "ALL", "performance": "ALL"}})
     driver.set_script_timeout(READY_TIMEOUT)
     driver.execute_cdp_cmd("Network.enable", {})
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
@@ -47,19 +37,6 @@ def offline_browser(tmp_path):
         yield driver
     finally:
         driver.quit()
-
-
-def tensorboard_ema(values: list[float | None], weight: float) -> list[float | None]:
-    """TensorBoard's debiased EMA written out from its definition; a missing value is passed through uncounted."""
-    smoothed, last, count = [], 0.0, 0
-    for value in values:
-        if value is None or not math.isfinite(value):
-            smoothed.append(value)
-            continue
-        last = last * weight + (1 - weight) * value
-        count += 1
-        smoothed.append(last / (1 - weight ** count) if weight != 1 else last)
-    return smoothed
 
 
 def drawn_rows(driver, section: int, run_id: str) -> dict[int, dict]:
