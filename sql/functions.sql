@@ -1,6 +1,9 @@
 -- Scalar macros the models call, defined on the build connection before any model runs (models.set_parameters).
 -- Each macro follows the ones it calls.
 
+-- One comparison of a Mann–Whitney count: 1 when b is higher than a, ½ for a tie, 0 otherwise.
+create or replace temp macro mann_whitney_score(b, a) as case when b > a then 1.0 when b = a then 0.5 else 0.0 end;
+
 -- The lower tail of normal_quantile, in q = sqrt(−2 ln p).
 create or replace temp macro _normal_tail_quantile(q) as
     (((((-7.784894002430293e-03 * q - 3.223964580411365e-01) * q - 2.400758277161838e+00) * q

@@ -283,6 +283,10 @@ def ablation_section(
     name = ablation or "unassigned"
     with_seeds = contrasts.height and contrasts["unit"].eq("runs").any()
     lead = arm_headline(contrasts, settings) if with_seeds else headline(members, summary, contrasts, settings)
+    arms = members["arm"].unique().to_list() if "arm" in members.columns else ids
+    if len(ids) > 1 and len(arms) == 1:
+        lead = (f"All {len(ids)} runs are seeds of one configuration (arm **{arms[0]}**): there is no other "
+                "configuration to compare it with; the table shows how much its seeds differ.")
     lines = ["", f"## Ablation `{name}`", "", lead]
     if full:
         stem, folder = file_stem(ablation), settings.figures_folder

@@ -127,11 +127,7 @@ epoch_improvements as (
     select
         run_pairs.run_a,
         run_pairs.run_b,
-        avg(case
-            when value_b.mean_reward > value_a.mean_reward then 1.0
-            when value_b.mean_reward = value_a.mean_reward then 0.5
-            else 0.0
-        end) as prob_improvement,
+        avg(mann_whitney_score(value_b.mean_reward, value_a.mean_reward)) as prob_improvement,
         count(distinct value_a.position) as n_window_epochs_a,
         count(distinct value_b.position) as n_window_epochs_b
     from run_pairs
@@ -246,18 +242,15 @@ run_contrasts as (
 
 run_improvements as (
     select
+        arm_pairs.ablation,
         arm_pairs.run_a,
         arm_pairs.run_b,
-        avg(case
-            when value_b.matched_reward > value_a.matched_reward then 1.0
-            when value_b.matched_reward = value_a.matched_reward then 0.5
-            else 0.0
-        end) as prob_improvement
+        avg(mann_whitney_score(value_b.matched_reward, value_a.matched_reward)) as prob_improvement
     from arm_pairs
     inner join arm_values as value_a on value_a.ablation = arm_pairs.ablation and value_a.arm = arm_pairs.arm_a
     inner join arm_values as value_b on value_b.ablation = arm_pairs.ablation and value_b.arm = arm_pairs.arm_b
     where arm_pairs.unit = 'runs'
-    group by arm_pairs.run_a, arm_pairs.run_b
+    group by arm_pairs.ablation, arm_pairs.run_a, arm_pairs.run_b
 ),
 
 contrasts as (
@@ -276,7 +269,7 @@ contrasts as (
         run_contrasts.matched_reward_b
     from arm_pairs
     left join run_contrasts using (ablation, run_a, run_b)
-    left join run_improvements using (run_a, run_b)
+    left join run_improvements using (ablation, run_a, run_b)
     where arm_pairs.unit = 'runs'
 ),
 

@@ -192,3 +192,12 @@ def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
     assert headline.startswith("Best configuration at the compute-matched horizon: arm **arm_b** (2 runs)")
     assert "difference +0.120, 95% stratified-bootstrap interval over runs [0.040, 0.200]" in headline
     assert "resolved at 95%" in headline and "claim about the configurations" in headline
+
+
+def test_seeds_of_a_single_configuration_are_not_ranked(tables):
+    runs = tables["runs"].with_columns(arm=pl.when(pl.col("ablation") == "abl").then(pl.lit("cfg"))
+                                       .otherwise(pl.col("run_id")))
+    text = render_report(runs, tables["summary"], tables["contrasts"].head(0), tables["snapshots"])
+    headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
+    assert headline.startswith("All 3 runs are seeds of one configuration (arm **cfg**)")
+    assert "Winner" not in headline

@@ -149,12 +149,16 @@ def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
     # (the mean, as floor(2/4) = 0) is its low value, the mean or its high value with probabilities 1/4, 1/2, 1/4;
     # the extreme differences 2 - 1 = 1 and 3 - 0 = 3 each have probability 1/16 > 2.5%: the interval is [1, 3].
     con = duckdb.connect()
-    documents = [doc for run, value in (("l0", 0.0), ("l1", 1.0), ("h0", 2.0), ("h1", 3.0), ("solo", 5.0))
-                 for doc in _window_run(run, [value] * 6)]
+    values = {"l0": 0.0, "l1": 1.0, "h0": 2.0, "h1": 3.0, "solo": 5.0, "x0": 20.0, "x1": 21.0, "y0": 0.0, "y1": 0.5}
+    documents = [doc for run, value in values.items() for doc in _window_run(run, [value] * 6)]
     create_staging(con, documents, [("l0", "abl", 1, "low"), ("l1", "abl", 1, "low"), ("h0", "abl", 1, "high"),
-                                    ("h1", "abl", 1, "high"), ("solo", "abl", 1, "one")], extras=False)
+                                    ("h1", "abl", 1, "high"), ("solo", "abl", 1, "one"), ("x0", "other", 1, "low"),
+                                    ("x1", "other", 1, "low"), ("y0", "other", 1, "high"),
+                                    ("y1", "other", 1, "high")], extras=False)
     build_marts(con, {"final_window": 4})
-    contrasts = {(r["run_a"], r["run_b"]): r for r in rows(con, "select * from ablation_contrasts")}
+    found = rows(con, "select * from ablation_contrasts")
+    contrasts = {(r["run_a"], r["run_b"]): r for r in found if r["ablation"] == "abl"}
+    contrasts_of_other = {(r["run_a"], r["run_b"]): r for r in found if r["ablation"] == "other"}
     assert set(contrasts) == {("high", "low"), ("high", "solo"), ("low", "solo")}
     pair = contrasts["high", "low"]
     assert (pair["unit"], pair["ci_method"], pair["n_runs_a"], pair["n_runs_b"]) == (
@@ -163,6 +167,9 @@ def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
     assert (pair["ci_low"], pair["ci_high"]) == (pytest.approx(-3), pytest.approx(-1))
     assert pair["resolved"] is True
     assert pair["prob_improvement"] == 0.0  # every run of "low" is below every run of "high"
+    # Arms of the same names in another ablation are other arms.
+    assert contrasts_of_other["high", "low"]["prob_improvement"] == 1.0
+    assert contrasts_of_other["high", "low"]["delta"] == pytest.approx(20.5 - 0.25)
     # One run against an arm of two: no interval, nothing resolved.
     lone = contrasts["high", "solo"]
     assert (lone["unit"], lone["ci_low"], lone["ci_high"], lone["resolved"]) == ("runs", None, None, False)

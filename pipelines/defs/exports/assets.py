@@ -40,7 +40,7 @@ EXPORTED_TABLES = {
     "snapshots": "run_id, role",
     "epoch_metrics": "run_id, epoch",
 }
-RUNS_SQL = "select run_id, ablation, label from dim_runs order by run_id"
+RUNS_SQL = "select run_id, ablation, label, arm from dim_runs order by run_id"
 EPOCHS_SQL = """
 select m.run_id, m.epoch, m.mean_reward, m.reward_ema, m.frac_zero_std_groups, e.sample_entropy, e.train_entropy
 from epoch_metrics as m
