@@ -14,6 +14,7 @@ RUNS = pl.DataFrame(
         "group_size": [8, 8, 8, 4],
         "ablation": ["abl", "abl", "abl", "other"],
         "label": ["Long run", "Mid run", None, "Solo run"],
+        "arm": ["r_long", "r_mid", "r_short", "solo"],
     },
     schema_overrides={"fp_per_group": pl.Int64},
 )
