@@ -3,6 +3,7 @@
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 
@@ -35,7 +36,7 @@ class WarehouseConfig(dg.ConfigurableResource):
     ci_level: float = 0.95
     # How intervals are computed (docs/statistics.md): "ar1" holds on autocorrelated curves; "iid" is the plain
     # bootstrap of the window's epochs, too narrow on them, kept to reproduce earlier numbers.
-    ci_method: str = "ar1"
+    ci_method: Literal["ar1", "iid"] = "ar1"
     ci_fit_epochs: int = 200  # the epochs up to the horizon the ar1 model is fitted to
     breakdown_window: int = 50
     snapshot_model_prefix: str = "claude-haiku-4-5-20251001-"
