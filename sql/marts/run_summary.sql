@@ -87,13 +87,14 @@ windows as (
     group by run_id
 ),
 
+-- (Every window below runs over the run's rows in epoch order, so that sums add in one order at any thread count.)
 -- The fit span: the last ci_fit_epochs loaded epochs at or before the horizon with a finite mean; its epochs
 -- scaled to [−1, 1] and the first two orthogonal polynomials in them (x2 is x1² without its part along 1 and x1),
 -- so that the quadratic trend is the mean plus one simple regression on each
 fit_values as (
     select
         *,
-        scaled_epoch - avg(scaled_epoch) over (partition by run_id) as x1
+        scaled_epoch - avg(scaled_epoch) over run as x1
     from (
         select
             run_id,
@@ -104,8 +105,9 @@ fit_values as (
                 as scaled_epoch
         from ranked
         where rank_from_horizon <= getvariable('ci_fit_epochs') and isfinite(mean_reward)
-        window run as (partition by run_id)
+        window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
     )
+    window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
 ),
 
 fit_polynomials as (
@@ -113,7 +115,7 @@ fit_polynomials as (
         *,
         x1 * x1 - avg(x1 * x1) over run - coalesce(regr_slope(x1 * x1, x1) over run, 0) * x1 as x2
     from fit_values
-    window run as (partition by run_id)
+    window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
 ),
 
 -- residuals around the quadratic trend, and the lag-1 and lag-2 residuals in epoch order
@@ -133,7 +135,7 @@ detrended as (
                 - coalesce(regr_slope(mean_reward, x1) over run, 0) * x1
                 - coalesce(regr_slope(mean_reward, x2) over run, 0) * x2 as residual
         from fit_polynomials
-        window run as (partition by run_id)
+        window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
     )
 ),
 
@@ -147,7 +149,10 @@ moments as (
         sum((residual - residual_mean) * (residual_lag2 - residual_mean) order by epoch) / count(*) as gamma2,
         count(*) filter (where in_window) as window_size,
         var_samp(mean_reward order by epoch) filter (where in_window) as window_variance
-    from (select *, avg(residual) over (partition by run_id) as residual_mean from detrended)
+    from (
+        select *, avg(residual) over (partition by run_id order by epoch rows between unbounded preceding and unbounded following) as residual_mean
+        from detrended
+    )
     group by run_id
 ),
 

@@ -173,3 +173,18 @@ def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
     # One run against an arm of two: no interval, nothing resolved.
     lone = contrasts["high", "solo"]
     assert (lone["unit"], lone["ci_low"], lone["ci_high"], lone["resolved"]) == ("runs", None, None, False)
+
+
+def test_ar1_intervals_are_the_same_at_any_thread_count():
+    curves = ar1_curves(seed=9, runs=6, epochs=150, phi=0.9, trend=True)
+
+    def tables(threads: int) -> list:
+        con = duckdb.connect()
+        con.execute(f"set threads = {threads}")
+        documents, runs = ablation_epochs(curves, 3)
+        create_staging(con, documents, runs, extras=False)
+        build_marts(con, {"final_window": WINDOW, "bootstrap_reps": 10})
+        return [con.execute(f"select * from {table} order by all").fetchall()
+                for table in ("run_summary", "ablation_contrasts")]
+
+    assert tables(4) == tables(1)
