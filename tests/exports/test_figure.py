@@ -45,6 +45,10 @@ def test_three_run_ablation_has_one_series_per_run_with_its_label(tables):
     # A matched-reward marker per run at the horizon.
     markers = {r: [float(v) for v in m.get_xydata()[0]] for r, m in by_gid(reward, "matched").items()}
     assert markers == {"r_long": [1.0, 0.7004], "r_mid": [1.0, 0.5], "r_short": [1.0, 0.35]}
+    # Through each marker, a bar of the run's own interval (r_short has none: no bar).
+    bars = {r: [float(v) for v in bar.get_ydata()] for r, bar in by_gid(reward, "matched_interval").items()}
+    assert bars == {"r_long": [0.61, 0.79], "r_mid": [0.41, 0.59]}
+    assert all(list(bar.get_xdata()) == [1, 1] for bar in by_gid(reward, "matched_interval").values())
 
 
 def test_the_matched_horizon_is_marked_in_every_panel(tables):
