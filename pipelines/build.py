@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pipelines.settings import ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS, published_path
@@ -86,7 +88,7 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
     job = definitions.resolve_job_def("refresh_warehouse")
     persistent = bool(os.environ.get("DAGSTER_HOME"))
     instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
-    with instance:
+    with instance, _planned_events_per_asset(not persistent):
         known = set(instance.get_dynamic_partitions(run_partitions.name))
         new = set(runs) - known
         # A partition new to a kept instance is materialized once, even if the lake already holds the run (built
@@ -118,6 +120,24 @@ def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
         step = f" in {failure.step_key}" if failure else ""
         raise BuildError(f"the build failed{step}: {reason}")
     return print_summary(warehouse, time.perf_counter() - started)
+
+
+@contextmanager
+def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
+    """While enabled, Dagster records one planned-materialization event per asset of a run over a partition range,
+    not one per partition and asset (its DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS switch): for a throwaway
+    instance, where nothing reads them after the build, 4 events a run partition fewer (1.5 ms of CPU each)."""
+    name = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
+    before = os.environ.get(name)
+    if enabled:
+        os.environ[name] = "true"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def stale_runs(runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False) -> set[str]:

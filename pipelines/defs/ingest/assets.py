@@ -1,6 +1,7 @@
 """Assets that scan the releases and flatten each run's epoch files into the Parquet lake."""
 
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from pipelines.release.discover import find_run_folders
 from pipelines.release.registry import build_dim_runs
 from pipelines.warehouse_db import lake_dir
 
+PROGRESS_SECONDS = 1.0  # at most one progress line a second from run_lake, besides the first, last and troubled
 RUN_TABLES = {
     "epochs": "One row per loaded epoch document, scalar extras as columns.",
     "trajectories": "One row per trajectory of a loaded epoch document, per-trajectory extras as columns.",
@@ -91,10 +93,16 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         context.log.info(f"run {key} no longer exists in any release; removing it from the lake")
         remove_run(lake, key)
 
+    last_line = [0.0]  # when the last progress line was logged (time.monotonic)
+
     def progress(result, done: int, total: int) -> None:
-        # Changed runs only: every log line is an event stored by Dagster (milliseconds each), and a build
-        # with nothing new would otherwise log every run; the unchanged ones are counted once below.
-        if result.changed:
+        # Changed runs only, and of those the first, the last, any with a quarantined file and otherwise one every
+        # PROGRESS_SECONDS: every log line is an event Dagster stores (milliseconds each, seconds at 500 runs); the
+        # unchanged runs are counted once below.
+        now = time.monotonic()
+        if result.changed and (done in (1, total) or result.files_quarantined
+                               or now - last_line[0] >= PROGRESS_SECONDS):
+            last_line[0] = now
             context.log.info(
                 f"[{done}/{total}] {result.run_id}: {result.files_parsed} file(s) parsed, {result.epochs} epochs, "
                 f"{result.files_quarantined} quarantined ({result.seconds:.2f} s)"
@@ -123,11 +131,12 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     rows = {"epochs": totals["epochs"], "trajectories": totals["trajectories"]}
     for name in RUN_TABLES:
         metadata = {f"grpo/{k}": v for k, v in totals.items()}
-        # One materialization covers every selected partition; a row count is only a partition's own for one run.
+        # Dagster copies this metadata onto each selected partition's materialization. A row count and a column
+        # schema are only a partition's own for one run (runs have their own extra columns); for many, the schema
+        # alone was most of the cost of recording them (a few milliseconds a partition and table).
         if name in rows and len(results) == 1:
             metadata["dagster/row_count"] = rows[name]
-        sample = next((partition_file(lake, name, r.run_id) for r in results
-                       if partition_file(lake, name, r.run_id).exists()), None)
-        if sample is not None:
+        sample = partition_file(lake, name, results[0].run_id) if len(results) == 1 else None
+        if sample is not None and sample.exists():
             metadata["dagster/column_schema"] = column_schema(pl.scan_parquet(sample, glob=False, hive_partitioning=False).collect_schema())
         yield dg.MaterializeResult(asset_key=["lake", name], metadata=metadata)
