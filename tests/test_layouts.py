@@ -51,7 +51,7 @@ def _table(warehouse, query, table: str, layout: str) -> pl.DataFrame:
     rows = query(warehouse, f"select * from {table} where {key} like '%@{layout}'")
     frame = pl.DataFrame(rows, schema=columns, orient="row", infer_schema_length=None)
     frame = frame.with_columns(pl.col(c).str.replace(f"@{layout}", "", literal=True)
-                               for c in ("run_id", "run_a", "run_b") if c in columns)
+                               for c in ("run_id", "run_a", "run_b", "arm", "arm_a", "arm_b") if c in columns)
     left_out = ("source_path", "source_layout", "source_mtime", "release", "ablation", "model_name")
     frame = frame.drop([c for c in columns if c in left_out or "ci_" in c or c == "resolved"])
     return frame.sort(frame.columns[: 3 if "traj_index" in frame.columns else 2])

@@ -144,11 +144,16 @@ epoch_contrasts as (
         run_pairs.delta,
         case getvariable('ci_method')
             when 'iid' then epoch_bootstrap.ci_low
-            else run_pairs.delta - t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error
+            -- two flat windows have no spread to build an interval from
+            when 'ar1' then if(run_pairs.std_error > 0,
+                run_pairs.delta - t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
+                null)
         end as ci_low,
         case getvariable('ci_method')
             when 'iid' then epoch_bootstrap.ci_high
-            else run_pairs.delta + t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error
+            when 'ar1' then if(run_pairs.std_error > 0,
+                run_pairs.delta + t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
+                null)
         end as ci_high,
         getvariable('ci_method') as ci_method,
         epoch_improvements.prob_improvement,

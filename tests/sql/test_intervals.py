@@ -188,3 +188,12 @@ def test_ar1_intervals_are_the_same_at_any_thread_count():
                 for table in ("run_summary", "ablation_contrasts")]
 
     assert tables(4) == tables(1)
+
+
+def test_two_flat_windows_have_no_interval_and_resolve_nothing():
+    con = duckdb.connect()
+    create_staging(con, _window_run("flat_a", [0.5] * 8) + _window_run("flat_b", [0.75] * 8),
+                   [("flat_a", "abl", 1), ("flat_b", "abl", 1)], extras=False)
+    build_marts(con, {"final_window": 4})
+    (pair,) = rows(con, "select * from ablation_contrasts")
+    assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"]) == (0.25, None, None, False)
