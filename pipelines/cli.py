@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--release", action="append", default=[], metavar="DIR",
                        help="a release folder of run folders; repeat for several (default: the bundled sample release)")
     build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
-    build.add_argument("--workers", type=int, default=0, help="ingest processes (default: one per core)")
+    build.add_argument("--workers", type=int, default=0,
+                       help="processes for the ingest and the figures (default: one per core)")
     build.add_argument("--full-scan", action="store_true",
                        help="look at every epoch file, also of runs whose folders have not changed since they went "
                             "quiet (finds files rewritten in place; the nightly refresh does this)")

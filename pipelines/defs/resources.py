@@ -22,7 +22,7 @@ class WarehouseConfig(dg.ConfigurableResource):
     warehouse_dir: str = DEFAULT_WAREHOUSE
     registries: list[str] = []  # registry CSVs overriding the bundled one, later ones win
     max_file_bytes: int = 64 * 2**20
-    workers: int = 0  # processes for ingest; 0 means one per core
+    workers: int = 0  # processes for the ingest and the figures; 0 means one per core
     sample_seed: int = 0
     sensor_interval_seconds: int = 30  # how often the release sensor looks for new or changed files
     settle_seconds: int = 60  # a file whose mtime is this old is complete, even if seen only once
