@@ -10,17 +10,15 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-import matplotlib
-import matplotlib.colors as mcolors
-import matplotlib.lines as mlines
-import matplotlib.patches as mpatches
-import numpy as np
 import polars as pl
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
-from PIL import Image
+
+# matplotlib and PIL are imported where a figure is drawn: loading the code location (every build, the UI) does
+# not pay for them (0.6 s of CPU).
+if TYPE_CHECKING:
+    import numpy as np
+    from matplotlib.figure import Figure
 
 # The paper's file names for some ablations, written beside `<ablation>.png`.
 PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
@@ -74,6 +72,9 @@ def file_stem(ablation: str | None) -> str:
 
 
 def run_colours(run_ids: list[str]) -> dict[str, str]:
+    import matplotlib
+    import matplotlib.colors as mcolors
+
     extra = [mcolors.to_hex(c) for c in matplotlib.colormaps["tab10"].colors]
     palette = PALETTE + [c for c in extra if c not in PALETTE]
     return {run: palette[i % len(palette)] for i, run in enumerate(run_ids)}
@@ -146,6 +147,12 @@ def ablation_figure(
     train_entropy; summary: run_summary rows (run_id, matched_horizon, matched_reward and, when present,
     matched_ci_low/high, drawn as a bar through the diamond). Other runs are ignored.
     """
+    import matplotlib.lines as mlines
+    import matplotlib.patches as mpatches
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
+
     members, epochs, summary = ablation_inputs(ablation, runs, epochs, summary)
     run_ids = members["run_id"].to_list()
     labels = {r: (lbl or r) for r, lbl in zip(run_ids, members["label"].to_list())}
@@ -246,6 +253,8 @@ def ablation_figure(
 
 def render(fig: Figure, fmt: str, dpi: int = 150) -> bytes:
     """The figure as PNG, SVG or JPEG bytes; the same figure always gives the same bytes."""
+    import matplotlib
+
     buffer = io.BytesIO()
     extra = {"pil_kwargs": {"quality": 80}} if fmt in ("jpg", "jpeg") else {"metadata": _NO_DATE.get(fmt)}
     with matplotlib.rc_context(_RC):
@@ -264,6 +273,8 @@ def figure_files(ablation: str | None, fig: Figure) -> dict[str, bytes]:
 
 def preview_jpeg(png: bytes) -> bytes:
     """A small JPEG of a figure for the UI, shrunk from its PNG (cheaper than drawing the figure a third time)."""
+    from PIL import Image
+
     with Image.open(io.BytesIO(png)) as image:
         size = (round(image.width * PREVIEW_SCALE), round(image.height * PREVIEW_SCALE))
         small = image.convert("RGB").resize(size, Image.Resampling.LANCZOS)

@@ -6,10 +6,10 @@ import dataclasses
 import hashlib
 import json
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import dagster as dg
-import matplotlib
 import polars as pl
 
 from pipelines.defs.resources import WarehouseConfig
@@ -64,7 +64,7 @@ PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the eve
 
 def _code_version() -> str:
     """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
-    libraries = f"matplotlib {matplotlib.__version__} polars {pl.__version__} {library_versions()}"
+    libraries = f"matplotlib {version('matplotlib')} polars {pl.__version__} {library_versions()}"
     digest = hashlib.sha256(libraries.encode())
     for module in (figure_module, files_module, report_module, state_module, explorer_module, sys.modules[__name__]):
         digest.update(Path(module.__file__).read_bytes())
