@@ -1,7 +1,7 @@
 """The simulation study behind the warehouse's interval method: how often 95% contrast intervals exclude zero when
 two runs have no true difference, and how often they find a true one, on autocorrelated reward curves.
 
-    python -m pipelines.stats.study [--pairs 1000] [--epochs 200] [--seed 1]
+    python -m pipelines.stats.study [--pairs 1000] [--epochs 200] [--seed 1] [--drift-sd 0.04] [--noise-sd 0.03]
 
 Each simulated run is T per-epoch mean rewards: a common curve (flat, or a learning trend 0.2 + 0.5(1 − e^(−t/80))),
 an AR(1) drift of coefficient φ and standard deviation 0.04 (the policy's slow wander), and white sampling noise of
@@ -29,16 +29,17 @@ NOISE_SD = 0.03
 LEVEL = 0.95
 
 
-def simulate(rng: np.random.Generator, pairs: int, epochs: int, phi: float, trend: bool) -> np.ndarray:
+def simulate(rng: np.random.Generator, pairs: int, epochs: int, phi: float, trend: bool,
+             drift_sd: float = DRIFT_SD, noise_sd: float = NOISE_SD) -> np.ndarray:
     """pairs × epochs per-epoch mean rewards of independent runs with no difference between them."""
-    innovations = rng.standard_normal((pairs, epochs)) * DRIFT_SD * math.sqrt(1 - phi ** 2)
+    innovations = rng.standard_normal((pairs, epochs)) * drift_sd * math.sqrt(1 - phi ** 2)
     drift = np.empty((pairs, epochs))
-    drift[:, 0] = rng.standard_normal(pairs) * DRIFT_SD
+    drift[:, 0] = rng.standard_normal(pairs) * drift_sd
     for t in range(1, epochs):
         drift[:, t] = phi * drift[:, t - 1] + innovations[:, t]
     t = np.arange(epochs)
     curve = 0.2 + 0.5 * (1 - np.exp(-t / 80)) if trend else np.full(epochs, 0.45)
-    return curve + drift + rng.standard_normal((pairs, epochs)) * NOISE_SD
+    return curve + drift + rng.standard_normal((pairs, epochs)) * noise_sd
 
 
 def iid_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,21 +85,21 @@ def excludes_zero(method, run_a: np.ndarray, run_b: np.ndarray, window: int) -> 
     return np.abs(delta) > quantile * np.sqrt(variance_a + variance_b)
 
 
-def oracle_power(phi: float, window: int, difference: float) -> float:
+def oracle_power(phi: float, window: int, difference: float, drift_sd: float, noise_sd: float) -> float:
     """Power of a z test that knows the true variance: the ceiling for any method."""
-    variance = intervals.window_variance(DRIFT_SD ** 2, phi, NOISE_SD ** 2, window)
+    variance = intervals.window_variance(drift_sd ** 2, phi, noise_sd ** 2, window)
     z = NormalDist().inv_cdf(0.5 + LEVEL / 2)
     shift = difference / math.sqrt(2 * variance)
     return NormalDist().cdf(shift - z) + NormalDist().cdf(-shift - z)
 
 
-def study(pairs: int, epochs: int, seed: int) -> list[dict]:
+def study(pairs: int, epochs: int, seed: int, drift_sd: float = DRIFT_SD, noise_sd: float = NOISE_SD) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
     for trend in (False, True):
         for window in WINDOWS:
             for phi in PHIS:
-                run_a, run_b = (simulate(rng, pairs, epochs, phi, trend) for _ in range(2))
+                run_a, run_b = (simulate(rng, pairs, epochs, phi, trend, drift_sd, noise_sd) for _ in range(2))
                 row = {"trend": trend, "window": window, "phi": phi}
                 for name, method in METHODS.items():
                     row[name] = excludes_zero(method, run_a, run_b, window).mean()
@@ -106,7 +107,7 @@ def study(pairs: int, epochs: int, seed: int) -> list[dict]:
                         row[name, "power"] = [excludes_zero(method, run_a, run_b + d, window).mean()
                                               for d in DIFFERENCES]
                 if phi == POWER_PHI:
-                    row["oracle", "power"] = [oracle_power(phi, window, d) for d in DIFFERENCES]
+                    row["oracle", "power"] = [oracle_power(phi, window, d, drift_sd, noise_sd) for d in DIFFERENCES]
                 rows.append(row)
     return rows
 
@@ -136,9 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=1000, help="simulated pairs per cell")
     parser.add_argument("--epochs", type=int, default=200, help="epochs per run (the window is the last ones)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--drift-sd", type=float, default=DRIFT_SD, help="standard deviation of the AR(1) drift")
+    parser.add_argument("--noise-sd", type=float, default=NOISE_SD, help="standard deviation of the sampling noise")
     args = parser.parse_args(argv)
-    print(f"{args.pairs} pairs per cell, {args.epochs} epochs per run, seed {args.seed}, nominal level {LEVEL:.0%}.\n")
-    print(markdown(study(args.pairs, args.epochs, args.seed)))
+    print(f"{args.pairs} pairs per cell, {args.epochs} epochs per run, seed {args.seed}, drift sd {args.drift_sd:g}, "
+          f"noise sd {args.noise_sd:g}, nominal level {LEVEL:.0%}.\n")
+    print(markdown(study(args.pairs, args.epochs, args.seed, args.drift_sd, args.noise_sd)))
 
 
 if __name__ == "__main__":
