@@ -88,6 +88,39 @@ def parquet_source(files: list[Path]) -> str:
     return f"read_parquet([{listing}], hive_partitioning = false, union_by_name = true)"
 
 
+def _nested(column_type: str) -> bool:
+    return "STRUCT" in column_type or column_type.endswith("]") or column_type.startswith("MAP")
+
+
+def _columns(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, str]:
+    return dict(con.execute(f"select column_name, column_type from (describe select * from {source})").fetchall())
+
+
+def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> str:
+    """The files read as one table (parquet_source). A column that is a STRUCT or LIST in one file and of another
+    type in another (a per-trajectory extra typed in one run, kept as JSON text in the next) is read as JSON text
+    from every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
+    source = parquet_source(files)
+    nested = [name for name, column_type in _columns(con, source).items() if _nested(column_type)]
+    if not nested:
+        return source
+    groups: dict[tuple, list[Path]] = {}
+    for file in files:
+        types = _columns(con, parquet_source([file]))
+        groups.setdefault(tuple(types.get(name) for name in nested), []).append(file)
+    differing = {name for i, name in enumerate(nested) if len({types[i] for types in groups} - {None}) > 1}
+    if not differing:
+        return source
+    parts = []
+    for types, group in groups.items():
+        as_json = [f"to_json({sql_identifier(name)})::varchar as {sql_identifier(name)}"
+                   for name, column_type in zip(nested, types)
+                   if name in differing and column_type not in (None, "VARCHAR")]
+        replace = f" replace ({', '.join(as_json)})" if as_json else ""
+        parts.append(f"select *{replace} from {parquet_source(group)}")
+    return "(" + " union all by name ".join(parts) + ")"
+
+
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     """(Re)defines the lake.* views over the Parquet lake; a table with no file yet is an empty view.
 
@@ -106,7 +139,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
             continue
         files = view_files(lake, view)
         if files:
-            source = parquet_source(files)
+            source = lake_source(con, files)
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
             # which runs the lake holds.
             names = [name for name, *_ in con.execute(f"describe select * from {source}").fetchall()]

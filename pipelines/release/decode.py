@@ -34,7 +34,8 @@ class EpochDoc:
     scalars: dict[str, float | None]  # the documented numeric keys
     snapshot_id: str | None
     scalar_extras: dict[str, Scalar] = field(default_factory=dict)
-    array_extras: dict[str, list[Scalar]] = field(default_factory=dict)
+    # One value per trajectory: scalars, or objects and lists (flatten types them, or keeps them as JSON text)
+    array_extras: dict[str, list[Any]] = field(default_factory=dict)
     json_extras: dict[str, str] = field(default_factory=dict)  # nested extras, kept as JSON text
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (error_kind, message) of a loaded document
 
@@ -198,6 +199,21 @@ def nested_json_text(value: Any) -> str:
     return _NESTED_ENCODER.encode(value)
 
 
+# A per-trajectory extra of objects or lists is typed, compared and encoded by recursive code (polars, json) well
+# after decoding: a bound on its depth, checked here, keeps all of that within Python's recursion limit.
+MAX_PER_TRAJECTORY_DEPTH = 64
+
+
+def nesting_depth(value: Any) -> int:
+    """How many objects and lists deep a value goes (a scalar: 0), without recursion."""
+    depth, level = 0, [value]
+    while containers := [item for item in level if type(item) in (dict, list)]:
+        depth += 1
+        level = [item for container in containers
+                 for item in (container.values() if type(container) is dict else container)]
+    return depth
+
+
 def _number_list(doc: dict, key: str) -> list[float | None]:
     values = doc[key]
     if not isinstance(values, list):
@@ -273,7 +289,10 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
             continue
         if _is_scalar(value):
             parsed.scalar_extras[key] = value
-        elif isinstance(value, list) and len(value) == n and n > 0 and set(map(type, value)) <= SCALAR_TYPES:
+        elif isinstance(value, list) and len(value) == n and n > 0:
+            if not set(map(type, value)) <= SCALAR_TYPES and nesting_depth(value) > MAX_PER_TRAJECTORY_DEPTH:
+                raise DecodeError("invalid_json", f"`{key}` is nested more than {MAX_PER_TRAJECTORY_DEPTH} levels "
+                                                  "deep, too deeply to store per trajectory")
             parsed.array_extras[key] = value
         else:
             try:

@@ -14,8 +14,8 @@ import orjson
 import polars as pl
 
 from pipelines.release.decode import (
-    DOCUMENTED_KEYS, DOCUMENTED_SCALARS, NUMBER_TYPES, SCALAR_TYPES, EpochDoc, keys_outside_lists,
-    may_hold_lone_surrogate, nested_json_text,
+    DOCUMENTED_KEYS, DOCUMENTED_SCALARS, MAX_PER_TRAJECTORY_DEPTH, NUMBER_TYPES, SCALAR_TYPES, EpochDoc,
+    keys_outside_lists, may_hold_lone_surrogate, nested_json_text, nesting_depth,
 )
 from pipelines.release.discover import EpochFile
 
@@ -52,7 +52,7 @@ class JsonText(str):
 
 
 def _type_name(value) -> str:
-    return "nested" if isinstance(value, JsonText) else type(value).__name__
+    return "nested" if isinstance(value, (JsonText, dict, list)) else type(value).__name__
 
 
 def extra_column_name(key: str, reserved: dict) -> str:
@@ -78,7 +78,9 @@ def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | No
     kinds = found - {type(None)}
     if kinds == {int, float}:
         kinds = {float}
-    if len(kinds) == 1 and JsonText not in kinds:
+    if kinds and kinds <= {dict, list} and (series := nested_series(name, values)) is not None:
+        return series, None
+    if len(kinds) == 1 and kinds <= _PYTHON_TO_POLARS.keys():
         kind = next(iter(kinds))
         present = values if type(None) not in found else [v for v in values if v is not None]
         if kind is not int or _INT64[0] <= min(present) and max(present) <= _INT64[1]:
@@ -87,6 +89,35 @@ def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | No
         return pl.Series(name, values, dtype=pl.String), None
     encoded = [None if v is None else v if isinstance(v, JsonText) else json.dumps(v, allow_nan=True) for v in values]
     return pl.Series(name, encoded, dtype=pl.String), sorted({_type_name(v) for v in values if v is not None})
+
+
+def nested_series(name: str, values: Sequence) -> pl.Series | None:
+    """A STRUCT or LIST column holding exactly these objects or lists (None among them), or None when their shapes
+    differ: polars' inference would otherwise drop a key some object lacks, or cast 2.5 beside 1 to an integer.
+    Exactly: the same keys in the same order, values of the same types, so that the column's values are the
+    documents' and a merge that types them again (combine) gives what a first ingest gives."""
+    try:
+        series = pl.Series(name, values, strict=True)
+        # An object with no key or a list of nothing but empty lists has no Parquet type (Struct({}), List(Null)).
+        if series.dtype == pl.Object or any(kind in str(series.dtype) for kind in ("Struct({})", "Null")):
+            return None
+        if not all(map(_same_value, values, series.to_list())):
+            return None
+    except (TypeError, ValueError, OverflowError, RecursionError, pl.exceptions.PolarsError):
+        return None  # RecursionError: nested deeper than the type's repr or the comparison can go
+    return series
+
+
+def _same_value(given, stored) -> bool:
+    """Whether a stored nested value is the one given: the same keys in the same order, the same types, NaN for NaN."""
+    if type(given) is dict:
+        return type(stored) is dict and list(given) == list(stored) and all(
+            _same_value(value, stored[key]) for key, value in given.items())
+    if type(given) is list:
+        return type(stored) is list and len(given) == len(stored) and all(map(_same_value, given, stored))
+    if type(given) is float and given != given:
+        return type(stored) is float and stored != stored
+    return type(given) is type(stored) and given == stored
 
 
 def column_order(columns, schema: dict) -> list[str]:
@@ -167,6 +198,12 @@ def _per_trajectory(run_id: str, epoch_cols: dict[str, list]) -> dict[str, pl.Se
     }
 
 
+def _storable(values: list) -> bool:
+    """Whether a per-trajectory extra can be stored as decode_parsed takes it: scalars, or objects and lists no deeper
+    than MAX_PER_TRAJECTORY_DEPTH."""
+    return set(map(type, values)) <= SCALAR_TYPES or nesting_depth(values) <= MAX_PER_TRAJECTORY_DEPTH
+
+
 def mtime_column(mtime_ns: list[int]) -> pl.Series:
     """File mtimes (ns) as a UTC timestamp column: whole microseconds, as Parquet holds them; in bulk, not a
     datetime object per file."""
@@ -240,6 +277,8 @@ def _typed_shape(doc: dict, row_keys: list[str], list_keys: list[str], nested: l
             element_types = set(map(type, value))
             if not element_types <= SCALAR_TYPES:
                 return None
+            if float in element_types:  # an integer among them stays one, as decode_parsed keeps it
+                element_types.add(int)
             kind = list[Union[tuple(_FIELD_TYPES[t] for t in element_types)]]
         else:
             kind = _FIELD_TYPES[type(value)]
@@ -420,7 +459,7 @@ class RunColumns:
         floats as it makes them, an integer too large for a float refused); False (nothing added) if one fails."""
         shape = self._shape
         ids, rewards, advantages, *extras = shape.lists(doc)
-        if not set(map(type, ids)) <= {str} or any(not set(map(type, values)) <= SCALAR_TYPES for values in extras):
+        if not set(map(type, ids)) <= {str} or not all(map(_storable, extras)):
             return False
         rewards, advantages = _as_floats(rewards), _as_floats(advantages)
         row = shape.row(doc)

@@ -26,7 +26,8 @@ DEPARTURES = (
     "short_list_is_n", "epoch_float", "snapshot_none", "no_trajectories", "all_int_rewards", "nan_reward",
     "deep_nested", "empty_lists", "dup_key_equal", "dup_key_differs", "colon_in_string", "big_int_reward",
     "big_int_per_traj", "count_beyond_int64", "lone_surrogate", "escaped_string", "nested_is_scalar", "flag_int",
-    "big_float_reward", "count_float", "pretty_printed", "crlf_and_bom",
+    "big_float_reward", "count_float", "pretty_printed", "crlf_and_bom", "per_traj_objects", "details_objects",
+    "details_other_shape",
 )
 
 
@@ -59,6 +60,12 @@ def runs(draw) -> list[tuple[int, dict | str]]:
             doc["trajectory_ids"][i] = 7
         elif how == "per_traj_nested":
             doc["per_traj"][i] = {"x": 1}  # then the whole list is kept as JSON text
+        elif how == "per_traj_objects":  # every element an object: the column is JSON text beside the numbers
+            doc["per_traj"] = [{"x": i, "tags": ["a"] * i} for i in range(n)]
+        elif how == "details_objects":  # a per-trajectory extra of objects: typed when it has one shape in the run
+            doc["details"] = [{"judge": "j1", "scores": [i, 2 * i]} for i in range(n)]
+        elif how == "details_other_shape":
+            doc["details"] = [{"judge": i, "scores": None} for i in range(n)]
         elif how == "per_traj_short":
             doc["per_traj"] = doc["per_traj"][:-1]
         elif how == "loss_int":
