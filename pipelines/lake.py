@@ -28,7 +28,9 @@ from pipelines.release.flatten import (
     python_values, typed_series,
 )
 
-LAKE_FORMAT = 3  # 2: the manifest records which extra columns hold JSON text; 3: files named by run_key
+LAKE_FORMAT = 4  # 2: the manifest records which extra columns hold JSON text; 3: files named by run_key;
+# 4: a per-trajectory extra of objects or lists is in the trajectories (it was an epoch's JSON text)
+
 # A run last written to (the latest ctime of its epoch files and folders) this long before it was listed is quiet:
 # its writer is done with it. A quiet run with no quarantined file and no problem entry is not listed again while its
 # folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. GRPO_QUIET_SECONDS
