@@ -336,7 +336,8 @@ def _check_document(file: EpochFile, parsed: object, parse_warnings: list[tuple[
 
 
 def _worth_retrying(outcome: dict, file: EpochFile, max_file_bytes: int) -> bool:
-    """A quarantined file whose problem may have gone without its size or mtime changing (chmod, a new limit)."""
+    """A quarantined or set-aside file whose problem may have gone without its size or mtime changing (chmod, a new
+    limit)."""
     if outcome["status"] == "skipped":  # a candidate document set aside unread, over the limit then
         return outcome["reason"].startswith(_OVER_THE_LIMIT) and file.size <= max_file_bytes
     if outcome["status"] != "quarantined":
@@ -476,7 +477,7 @@ def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dic
     changed = [
         f for f in listing.epoch_files
         if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
-        or o["status"] == "quarantined" and _worth_retrying(o, f, max_file_bytes)
+        or o["status"] != "loaded" and _worth_retrying(o, f, max_file_bytes)
     ]
     removed = sorted(files.keys() - {f.source_path for f in listing.epoch_files})
     skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]

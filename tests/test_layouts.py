@@ -202,3 +202,17 @@ def test_a_run_that_loads_nothing_or_far_fewer_epochs_is_loud(tmp_path, build, q
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
     assert [(e["run_id"], e["n_loaded"], e["n_not_loaded"]) for e in result.metadata["examples"].value] == [
         ("run_a", 0, 0), ("run_b", 7, 3)]
+
+
+def test_a_document_of_any_name_over_the_limit_loads_once_the_limit_rises(tmp_path):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch_in_layout(release / "run", "folder_other_json", epoch_document(0, n=40), b"{}")
+
+    assert _ingest(release, lake, max_file_bytes=1000).epochs == 0
+    [error] = _rows(lake, "errors")
+    assert (error["source_path"], error["error_kind"]) == ("run/epoch_000", "missing_document")
+    assert "summary.json: over max_file_bytes" in error["message"]
+
+    raised = _ingest(release, lake, max_file_bytes=10**7)  # the files unchanged: the new limit alone brings it in
+    assert (raised.files_parsed, raised.epochs) == (1, 1)
+    assert _rows(lake, "errors") == []
