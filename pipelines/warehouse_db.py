@@ -23,6 +23,14 @@ from pipelines.settings import published_path
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
 DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
 ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
+# The DuckDB storage format of the build database, and so of warehouse.duckdb: a DuckDB reads its own version's
+# format and older ones, never newer, so "v1.0.0" opens in DuckDB 1.0 and every later version. A model whose table
+# the format cannot hold fails with DuckDB's message naming the version it needs (a VARIANT column: v1.5.0).
+DEFAULT_STORAGE_VERSION = "v1.0.0"
+ENV_STORAGE_VERSION = "GRPO_DUCKDB_STORAGE_VERSION"
+# The build database's record of its own work (model and check fingerprints, the lake views' files), in a schema of
+# its own: warehouse.duckdb is published without it.
+BOOKKEEPING = "bookkeeping"
 # Each lake view: the columns it has when there is no file yet. A per-run table (RUN_TABLES) reads one file per run
 # (lake.lake_files); any other, the one file lake/<view>.parquet.
 LAKE_VIEWS = {
@@ -128,8 +136,9 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     lake asks for the views, and at 100x making them takes 0.3 s (DuckDB reads every file's schema, twice).
     """
     con.execute("create schema if not exists lake")
-    con.execute("create table if not exists _lake_views (view varchar primary key, fingerprint varchar)")
-    made = dict(con.execute("select view, fingerprint from _lake_views").fetchall())
+    con.execute(f"create schema if not exists {BOOKKEEPING}")
+    con.execute(f"create table if not exists {BOOKKEEPING}.lake_views (view varchar primary key, fingerprint varchar)")
+    made = dict(con.execute(f"select view, fingerprint from {BOOKKEEPING}.lake_views").fetchall())
     present = {name for (name,) in con.execute(
         "select view_name from duckdb_views() where schema_name = 'lake' and database_name = current_database()"
     ).fetchall()}
@@ -147,7 +156,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         else:
             body = _empty_select(schema)
         con.execute(f"create or replace view lake.{view} as {body}")
-        con.execute("insert or replace into _lake_views values (?, ?)", [view, fingerprint])
+        con.execute(f"insert or replace into {BOOKKEEPING}.lake_views values (?, ?)", [view, fingerprint])
 
 
 def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
@@ -163,12 +172,13 @@ def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
 
 
 @contextmanager
-def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600,
-                  memory_limit: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600, memory_limit: str | None = None,
+                  storage_version: str = DEFAULT_STORAGE_VERSION) -> Iterator[duckdb.DuckDBPyConnection]:
     """The build database, held under a cross-process lock so that one writer at a time touches it.
 
     DuckDB gets memory_limit (a DuckDB size such as "2GB"; default $GRPO_DUCKDB_MEMORY_LIMIT or DEFAULT_MEMORY_LIMIT)
-    and spills what does not fit to <warehouse>/.build/tmp.
+    and spills what does not fit to <warehouse>/.build/tmp. Opened for writing, a database written in another storage
+    version than storage_version is made anew (see _connect_for_writing).
     """
     folder = build_dir(warehouse)
     folder.mkdir(parents=True, exist_ok=True)
@@ -182,18 +192,13 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
         config = {
             "memory_limit": memory_limit or os.environ.get(ENV_MEMORY_LIMIT) or DEFAULT_MEMORY_LIMIT,
             "temp_directory": str(folder / "tmp"),
+            "storage_compatibility_version": storage_version,
         }
-        con = duckdb.connect(str(path), read_only=read_only and path.exists(), config=config)
+        if read_only and path.exists():
+            con = duckdb.connect(str(path), read_only=True, config=config)
+        else:
+            con = _connect_for_writing(path, config)
         try:
-            if not read_only:
-                con.execute(
-                    "create table if not exists _model_state"
-                    " (model varchar primary key, fingerprint varchar, built_at timestamptz)"
-                )
-                # An incremental model's inputs when it was last computed: the fingerprint of what holds every run
-                # (its SQL, the parameters, the tables it reads whole) and a stamp per value of its key.
-                con.execute("create table if not exists _model_inputs (model varchar primary key, fingerprint varchar)")
-                con.execute("create table if not exists _model_keys (model varchar, key varchar, stamp varchar)")
             yield con
         finally:
             con.close()
@@ -201,22 +206,55 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
         lock.release()
 
 
+def _connect_for_writing(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
+    """The build database with its bookkeeping tables, made anew when it was written in another storage version than
+    the configured one: a file's storage version is set when it is created, and every table in it is computed again
+    from the lake by the next build."""
+    storage_version = config["storage_compatibility_version"]
+    existed = path.exists()
+    con = duckdb.connect(str(path), config=config)
+    if existed and _recorded_storage_version(con) != storage_version:
+        con.close()
+        for stale in (path, path.with_name(path.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        con = duckdb.connect(str(path), config=config)
+    con.execute(f"create schema if not exists {BOOKKEEPING}")
+    con.execute(f"create table if not exists {BOOKKEEPING}.storage_version (version varchar)")
+    con.execute(f"insert into {BOOKKEEPING}.storage_version select ?"
+                f" where not exists (select * from {BOOKKEEPING}.storage_version)", [storage_version])
+    con.execute(f"create table if not exists {BOOKKEEPING}.model_state"
+                " (model varchar primary key, fingerprint varchar, built_at timestamptz)")
+    # An incremental model's inputs when it was last computed: the fingerprint of what holds every run (its SQL,
+    # the parameters, the tables it reads whole) and a stamp per value of its key.
+    con.execute(f"create table if not exists {BOOKKEEPING}.model_inputs (model varchar primary key, fingerprint varchar)")
+    con.execute(f"create table if not exists {BOOKKEEPING}.model_keys (model varchar, key varchar, stamp varchar)")
+    return con
+
+
+def _recorded_storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
+    try:
+        row = con.execute(f"select version from {BOOKKEEPING}.storage_version").fetchone()
+    except duckdb.CatalogException:
+        return None  # a database without the record: made by another program, or before it was kept
+    return row[0] if row else None
+
+
 def model_fingerprint(con: duckdb.DuckDBPyConnection, model: str) -> str | None:
-    row = con.execute("select fingerprint from _model_state where model = ?", [model]).fetchone()
+    row = con.execute(f"select fingerprint from {BOOKKEEPING}.model_state where model = ?", [model]).fetchone()
     return row[0] if row else None
 
 
 def model_fingerprints(con: duckdb.DuckDBPyConnection, tables) -> dict[str, str | None]:
     """The recorded fingerprint of each model table (None if it has none, e.g. a database not built by the models)."""
     try:
-        known = dict(con.execute("select model, fingerprint from _model_state").fetchall())
+        known = dict(con.execute(f"select model, fingerprint from {BOOKKEEPING}.model_state").fetchall())
     except duckdb.Error:
         known = {}
     return {table: known.get(table) for table in sorted(tables)}
 
 
 def record_model(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str) -> None:
-    con.execute("insert or replace into _model_state values (?, ?, now())", [model, fingerprint])
+    con.execute(f"insert or replace into {BOOKKEEPING}.model_state values (?, ?, now())", [model, fingerprint])
 
 
 def lake_run_stamps(lake: Path, tables: Iterable[str]) -> dict[str, str]:
@@ -236,21 +274,23 @@ def lake_run_stamps(lake: Path, tables: Iterable[str]) -> dict[str, str]:
 
 def recorded_inputs(con: duckdb.DuckDBPyConnection, model: str) -> tuple[str | None, dict[str, str]]:
     """An incremental model's recorded inputs (see record_inputs); (None, {}) when it has none."""
-    row = con.execute("select fingerprint from _model_inputs where model = ?", [model]).fetchone()
-    keys = dict(con.execute("select key, stamp from _model_keys where model = ?", [model]).fetchall())
+    row = con.execute(f"select fingerprint from {BOOKKEEPING}.model_inputs where model = ?", [model]).fetchone()
+    keys = dict(con.execute(f"select key, stamp from {BOOKKEEPING}.model_keys where model = ?", [model]).fetchall())
     return (row[0] if row else None), keys
 
 
 def record_inputs(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str, stamps: dict[str, str]) -> None:
     keys = pl.DataFrame({"model": [model] * len(stamps), "key": list(stamps), "stamp": list(stamps.values())},
                         schema={"model": pl.String, "key": pl.String, "stamp": pl.String})
-    con.execute("delete from _model_keys where model = ?", [model])
-    con.execute("insert into _model_keys select * from keys")
-    con.execute("insert or replace into _model_inputs values (?, ?)", [model, fingerprint])
+    con.execute(f"delete from {BOOKKEEPING}.model_keys where model = ?", [model])
+    con.execute(f"insert into {BOOKKEEPING}.model_keys select * from keys")
+    con.execute(f"insert or replace into {BOOKKEEPING}.model_inputs values (?, ?)", [model, fingerprint])
 
 
-def publish(warehouse: Path) -> Path:
-    """Copies the build database to warehouse.duckdb by atomic rename, so readers see either the old or the new one.
+def publish(warehouse: Path, tables: Iterable[str] | None = None,
+            storage_version: str = DEFAULT_STORAGE_VERSION) -> Path:
+    """Copies the build database's tables (the given ones, default all) to warehouse.duckdb by atomic rename, so
+    readers see either the old or the new one.
 
     Takes the build lock itself: call it outside open_build_db's block. Readers holding the old file open keep
     reading it (its inode lives until they close it); new connections see the new one.
@@ -267,6 +307,7 @@ def publish(warehouse: Path) -> Path:
             con.execute("checkpoint")
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         shutil.copyfile(folder / "build.duckdb", tmp)
+        _keep_only_tables(tmp, tables, storage_version)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -274,7 +315,26 @@ def publish(warehouse: Path) -> Path:
     return target
 
 
-def publish_if_changed(warehouse: Path, fingerprint: str) -> bool:
+def _keep_only_tables(path: Path, tables: Iterable[str] | None, storage_version: str) -> None:
+    """Leaves in a copy of the build database only the tables users query. Gone: the bookkeeping, the build's own,
+    and the lake views, which name the lake's files by absolute path, so they would break in a warehouse folder
+    moved or copied, and need a client allowed to read files (users read the lake's Parquet files directly).
+    Copying the file and dropping the rest costs a fraction of what copying the tables would (they are re-encoded)."""
+    with duckdb.connect(str(path), config={"storage_compatibility_version": storage_version}) as con:
+        con.execute(f"drop schema if exists {BOOKKEEPING} cascade")
+        con.execute("drop schema if exists lake cascade")
+        if tables is not None:
+            keep = set(tables)
+            present = con.execute("select table_name from duckdb_tables()"
+                                  " where database_name = current_database() and schema_name = 'main'").fetchall()
+            for (name,) in present:
+                if name not in keep:
+                    con.execute(f"drop table main.{sql_identifier(name)}")
+        con.execute("checkpoint")
+
+
+def publish_if_changed(warehouse: Path, fingerprint: str, tables: Iterable[str] | None = None,
+                       storage_version: str = DEFAULT_STORAGE_VERSION) -> bool:
     """Publishes unless warehouse.duckdb already holds the build whose fingerprint is given; True if it published."""
     marker = build_dir(warehouse) / "published.json"
     try:
@@ -283,7 +343,7 @@ def publish_if_changed(warehouse: Path, fingerprint: str) -> bool:
         previous = None  # no marker yet, or one torn by a crash: publish again, which is always safe
     if previous == fingerprint and published_path(warehouse).exists():
         return False
-    publish(warehouse)
+    publish(warehouse, tables, storage_version)
     tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"fingerprint": fingerprint}))
     os.replace(tmp, marker)

@@ -77,3 +77,19 @@ def query():
             return con.execute(sql, list(params)).fetchall()
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sample_warehouse(tmp_path_factory):
+    """The bundled sample release's folders and a warehouse built from them; tests only read it."""
+    from pipelines.cli import main
+    from pipelines.release.sample import write_sample
+
+    out = tmp_path_factory.mktemp("sample")
+    releases = write_sample(out / "releases")
+    wh = out / "wh"
+    argv = ["build", "--warehouse", str(wh)]
+    for release in releases:
+        argv += ["--release", str(release)]
+    assert main(argv) == 0
+    return releases, wh

@@ -6,7 +6,6 @@ import pytest
 
 from conftest import epoch_document
 from pipelines.lake import RUN_TABLES, lake_files
-from pipelines.release.sample import write_sample
 
 pytestmark = pytest.mark.slow  # whole builds
 
@@ -39,20 +38,6 @@ def test_tiny_hand_written_releases_side_by_side(tmp_path, write_epoch, build, q
     statuses = dict(query(wh, "select source_path, status from file_inventory where run_id = 'alpha_2fp'"))
     assert statuses == {"alpha_2fp/epoch_000_results.json": "loaded", "alpha_2fp/epoch_001/results.json": "loaded",
                         "alpha_2fp/epoch_002_results.json": "quarantined"}
-
-
-@pytest.fixture(scope="module")
-def sample_warehouse(tmp_path_factory):
-    from pipelines.cli import main
-
-    out = tmp_path_factory.mktemp("sample")
-    releases = write_sample(out / "releases")
-    wh = out / "wh"
-    argv = ["build", "--warehouse", str(wh)]
-    for release in releases:
-        argv += ["--release", str(release)]
-    assert main(argv) == 0
-    return releases, wh
 
 
 def test_sample_release_epoch_counts_match_the_seed(sample_warehouse, query):

@@ -6,10 +6,13 @@ from pathlib import Path
 from typing import Literal
 
 import dagster as dg
+import duckdb
+import pydantic
 
+from pipelines.models import sql_string
 from pipelines.release.sample import ensure_sample
 from pipelines.settings import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
-from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, ENV_MEMORY_LIMIT
+from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, ENV_MEMORY_LIMIT, ENV_STORAGE_VERSION
 
 ENV_SENSOR_INTERVAL = "GRPO_SENSOR_INTERVAL"
 ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
@@ -27,6 +30,9 @@ class WarehouseConfig(dg.ConfigurableResource):
     sensor_interval_seconds: int = 30  # how often the release sensor looks for new or changed files
     settle_seconds: int = 60  # a file whose mtime is this old is complete, even if seen only once
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT  # DuckDB's memory limit on the build database ("2GB", "512MB")
+    # The storage version of warehouse.duckdb (and of the build database it is copied from): the oldest DuckDB
+    # version that can open it, such as "v1.0.0" or "v1.4.0".
+    duckdb_storage_version: str = DEFAULT_STORAGE_VERSION
     # Metric parameters (CONTRACT.md), visible to the SQL as getvariable('<name>').
     ema_weight: float = 0.9
     rolling_window: int = 20
@@ -45,6 +51,17 @@ class WarehouseConfig(dg.ConfigurableResource):
     advantage_tolerance: float = 1e-3
     reward_tolerance: float = 1e-6
 
+    @pydantic.field_validator("duckdb_storage_version")
+    @classmethod
+    def _known_storage_version(cls, version: str) -> str:
+        try:
+            with duckdb.connect() as con:
+                con.execute(f"attach ':memory:' as probe (storage_version {sql_string(version)})")
+        except duckdb.Error:
+            raise ValueError(f"{version!r} is not a DuckDB version this DuckDB can write files for "
+                             f"(such as {DEFAULT_STORAGE_VERSION} or v{duckdb.__version__})") from None
+        return version
+
     @classmethod
     def from_env(cls, **overrides) -> "WarehouseConfig":
         values: dict = {}
@@ -62,6 +79,8 @@ class WarehouseConfig(dg.ConfigurableResource):
             values["settle_seconds"] = int(os.environ[ENV_SETTLE_SECONDS])
         if os.environ.get(ENV_MEMORY_LIMIT):
             values["duckdb_memory_limit"] = os.environ[ENV_MEMORY_LIMIT]
+        if os.environ.get(ENV_STORAGE_VERSION):
+            values["duckdb_storage_version"] = os.environ[ENV_STORAGE_VERSION]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

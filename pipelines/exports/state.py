@@ -1,6 +1,6 @@
 """What each export was last written from, so that an export whose inputs are unchanged is not rendered again.
 
-`<exports>/.fingerprints.json` maps an export's name to the fingerprint of what it read (the `_model_state`
+`<exports>/.fingerprints.json` maps an export's name to the fingerprint of what it read (the build's
 fingerprints of its tables, its parameters, its code), the files it wrote (with their sizes), its data version and
 its UI metadata. It is written atomically and after the files, so a crash between the two only costs a re-render.
 """

@@ -1,7 +1,6 @@
 """The export assets against a hand-made build database: files land, a rebuild with no change rewrites nothing."""
 
 import dagster as dg
-import duckdb
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -10,14 +9,12 @@ from pipelines.definitions import defs
 from pipelines.defs.exports import assets as export_assets
 from pipelines.defs.exports.assets import ablation_figures, report, table_exports
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.warehouse_db import build_dir
+from pipelines.warehouse_db import open_build_db
 from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def write_build_db(warehouse, tables: dict[str, pl.DataFrame]) -> None:
-    folder = build_dir(warehouse)
-    folder.mkdir(parents=True, exist_ok=True)
-    with duckdb.connect(str(folder / "build.duckdb")) as con:
+    with open_build_db(warehouse) as con:
         for name, frame in tables.items():
             con.register("frame", frame.to_arrow())
             con.execute(f"create or replace table {name} as select * from frame")
@@ -92,10 +89,9 @@ def test_export_assets_sit_downstream_of_the_models_they_read():
 
 def record_fingerprints(warehouse, fingerprints: dict[str, str]) -> None:
     """What the model steps record for each table they build (refresh_model), by hand."""
-    with duckdb.connect(str(build_dir(warehouse) / "build.duckdb")) as con:
-        con.execute("create or replace table _model_state (model varchar primary key, fingerprint varchar,"
-                    " built_at timestamptz)")
-        con.executemany("insert into _model_state values (?, ?, now())", list(fingerprints.items()))
+    with open_build_db(warehouse) as con:
+        con.execute("delete from bookkeeping.model_state")
+        con.executemany("insert into bookkeeping.model_state values (?, ?, now())", list(fingerprints.items()))
 
 
 @pytest.fixture

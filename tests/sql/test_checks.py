@@ -7,6 +7,7 @@ import pytest
 from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch
 from pipelines.defs.models import checks
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.warehouse_db import open_build_db
 
 CLEAN_RUNS = [("run_b", "abl", 2), ("run_c", "solo", 2)]  # no gap, unlike run_a
 CLEAN_EPOCHS = [doc for doc in EPOCHS if doc["run_id"] != "run_a"]
@@ -113,12 +114,9 @@ def test_unnormalised_groups_are_listed_with_the_reason():
 
 
 def test_model_checks_read_the_build_database_and_only_duplicates_block(tmp_path):
-    build_db = tmp_path / ".build" / "build.duckdb"
-    build_db.parent.mkdir()
-    con = duckdb.connect(str(build_db))
-    create_staging(con, EPOCHS, RUNS)
-    build_marts(con, {"bootstrap_reps": 10})
-    con.close()
+    with open_build_db(tmp_path) as con:
+        create_staging(con, EPOCHS, RUNS)
+        build_marts(con, {"bootstrap_reps": 10})
     warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
     [duplicates, kl] = checks.evaluate_checks("fact_epochs", warehouse)
     assert (duplicates.check_name, duplicates.passed, kl.check_name, kl.passed) == (
@@ -140,16 +138,13 @@ def test_a_check_that_cannot_run_fails_instead_of_raising(tmp_path):
 
 
 def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp_path, monkeypatch):
-    build_db = tmp_path / ".build" / "build.duckdb"
-    build_db.parent.mkdir()
-    with duckdb.connect(str(build_db)) as con:
+    with open_build_db(tmp_path) as con:
         create_staging(con, EPOCHS, RUNS)  # run_a misses epoch 2: no_epoch_gaps fails
         build_marts(con, {"bootstrap_reps": 10})
         con.execute("create table unloaded_epochs (run_id varchar, epoch bigint, reason varchar, source_path varchar,"
                     " message varchar)")
-        con.execute("create table _model_state (model varchar primary key, fingerprint varchar, built_at timestamptz)")
-        con.execute("insert into _model_state select table_name, 'fp-' || table_name, now() from duckdb_tables()"
-                    " where table_name <> '_model_state'")
+        con.execute("insert into bookkeeping.model_state select table_name, 'fp-' || table_name, now()"
+                    " from duckdb_tables() where schema_name = 'main'")
     executed = []
     examples = checks._examples
     monkeypatch.setattr(checks, "_examples", lambda con, sql, params=None: executed.append(sql) or examples(
@@ -174,8 +169,8 @@ def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp
 
     # fact_epochs rebuilt: its two checks, the trajectory check and the runs-loading check (which read it) run
     # again, nothing else
-    with duckdb.connect(str(build_db)) as con:
-        con.execute("update _model_state set fingerprint = 'fp-2' where model = 'fact_epochs'")
+    with open_build_db(tmp_path) as con:
+        con.execute("update bookkeeping.model_state set fingerprint = 'fp-2' where model = 'fact_epochs'")
     evaluate_all()
     assert len(executed) == 4
     executed.clear()

@@ -53,7 +53,7 @@ from epoch_metrics as m
 left join fact_epochs as e using (run_id, epoch)
 order by m.run_id, m.epoch
 """
-# The model tables each export reads: their _model_state fingerprints key the export.
+# The model tables each export reads: their fingerprints (bookkeeping.model_state) key the export.
 FIGURE_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary")
 REPORT_INPUTS = ("dim_runs", "run_summary", "ablation_contrasts", "snapshots")
 EXPLORER = "explorer"

@@ -2,7 +2,6 @@
 
 
 import hashlib
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +14,7 @@ from pipelines.models import (
     set_parameters, sql_string,
 )
 from pipelines.warehouse_db import (
+    BOOKKEEPING,
     LAKE_VIEWS,
     create_lake_views,
     lake_run_stamps,
@@ -127,7 +127,8 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str
     fingerprint, what was done ("kept", "rebuilt" or how many keys were computed again) and its metadata."""
     params = warehouse.metric_parameters()
     lake = lake_dir(warehouse.warehouse)
-    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit) as con:
+    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit,
+                       storage_version=warehouse.duckdb_storage_version) as con:
         if model.incremental_key:
             fingerprint, done = _refresh_incremental(con, model, params, lake)
         else:
@@ -181,13 +182,14 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
     pool=DUCKDB_POOL,
 )
 def warehouse_duckdb(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
-    """The published warehouse.duckdb: every table, swapped in atomically for readers."""
-    with open_build_db(warehouse.warehouse, read_only=True,
-                       memory_limit=warehouse.duckdb_memory_limit) as con:
-        state = dict(con.execute("select model, fingerprint from _model_state order by model").fetchall())
-    fingerprint = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
+    """The published warehouse.duckdb: every model's table, swapped in atomically for readers."""
+    with open_build_db(warehouse.warehouse, read_only=True, memory_limit=warehouse.duckdb_memory_limit,
+                       storage_version=warehouse.duckdb_storage_version) as con:
+        state = dict(con.execute(f"select model, fingerprint from {BOOKKEEPING}.model_state order by model").fetchall())
+    # The storage version too: the same tables written in another one are another file.
+    fingerprint = digest(state, warehouse.duckdb_storage_version)
     target = published_path(warehouse.warehouse)
-    published = publish_if_changed(warehouse.warehouse, fingerprint)
+    published = publish_if_changed(warehouse.warehouse, fingerprint, MODELS, warehouse.duckdb_storage_version)
     if published:
         context.log.info(f"published {target}")
     else:

@@ -9,7 +9,7 @@ metric downstream, and staging deduplicates documents, so it can only come from 
 before publishing (exit non-zero, naming the check) rather than publish wrong numbers. Every other failing check
 is recorded in Dagster and leaves the build's exit status alone.
 
-A check's result is stored in the build database (`_check_state`), keyed by the `_model_state` fingerprints of the
+A check's result is stored in the build database (`bookkeeping.check_state`), keyed by the fingerprints of the
 tables it reads, its parameters and this module's code: when none of them changed (the model's table was kept), the
 stored result is emitted again instead of running the check's SQL, so a no-change build costs no table scan.
 """
@@ -25,7 +25,7 @@ import dagster as dg
 import duckdb
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.warehouse_db import model_fingerprints, open_build_db
+from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints, open_build_db
 
 EXAMPLES = 50  # offending rows listed in a check's metadata
 
@@ -253,7 +253,7 @@ def check_fingerprint(con: duckdb.DuckDBPyConnection, check: ModelCheck, warehou
 
 
 def stored_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str) -> dg.AssetCheckResult | None:
-    row = con.execute("select passed, severity, description, metadata from _check_state"
+    row = con.execute(f"select passed, severity, description, metadata from {BOOKKEEPING}.check_state"
                       " where model = ? and check_name = ? and fingerprint = ?", [model, check, fingerprint]).fetchone()
     if row is None:
         return None
@@ -268,7 +268,7 @@ def store_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerp
                  result: dg.AssetCheckResult) -> None:
     metadata = {key: (_METADATA_KINDS.get(type(value), "json"), getattr(value, "value", value))
                 for key, value in (result.metadata or {}).items()}
-    con.execute("insert or replace into _check_state values (?, ?, ?, ?, ?, ?, ?)",
+    con.execute(f"insert or replace into {BOOKKEEPING}.check_state values (?, ?, ?, ?, ?, ?, ?)",
                 [model, check, fingerprint, result.passed, result.severity.value, result.description,
                  json.dumps(metadata)])
 
@@ -282,9 +282,10 @@ def evaluate_checks(model: str, warehouse: WarehouseConfig) -> list[dg.AssetChec
     if not checks:
         return []
     results = []
-    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit) as con:
-        con.execute("create table if not exists _check_state (model varchar, check_name varchar, fingerprint varchar,"
-                    " passed boolean, severity varchar, description varchar, metadata varchar,"
+    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit,
+                       storage_version=warehouse.duckdb_storage_version) as con:
+        con.execute(f"create table if not exists {BOOKKEEPING}.check_state (model varchar, check_name varchar,"
+                    " fingerprint varchar, passed boolean, severity varchar, description varchar, metadata varchar,"
                     " primary key (model, check_name))")
         for check in checks:
             fingerprint = check_fingerprint(con, check, warehouse)
