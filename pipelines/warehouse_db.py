@@ -226,7 +226,8 @@ def _connect_for_writing(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
                 " (model varchar primary key, fingerprint varchar, built_at timestamptz)")
     # An incremental model's inputs when it was last computed: the fingerprint of what holds every run (its SQL,
     # the parameters, the tables it reads whole) and a stamp per value of its key.
-    con.execute(f"create table if not exists {BOOKKEEPING}.model_inputs (model varchar primary key, fingerprint varchar)")
+    con.execute(f"create table if not exists {BOOKKEEPING}.model_inputs"
+                " (model varchar primary key, fingerprint varchar)")
     con.execute(f"create table if not exists {BOOKKEEPING}.model_keys (model varchar, key varchar, stamp varchar)")
     return con
 

@@ -163,7 +163,8 @@ def test_pandas_and_pyarrow_read_the_exports_and_the_lake_as_duckdb_does(sample_
                                    how="diagonal_relaxed")
             assert_frame_equal(in_utc(by_pyarrow.select(expected.columns)), expected, check_exact=True)
             # pyarrow-backed columns: a NumPy float column cannot tell a null from a NaN.
-            by_pandas = pd.concat([pd.read_parquet(path, partitioning=None, dtype_backend="pyarrow") for path in paths], ignore_index=True)
+            by_pandas = pd.concat([pd.read_parquet(path, partitioning=None, dtype_backend="pyarrow") for path in paths],
+                                  ignore_index=True)
             assert sorted(by_pandas.columns) == sorted(expected.columns), name
             assert_frame_equal(in_utc(pl.from_pandas(by_pandas[expected.columns])), expected, check_exact=True,
                                check_dtypes=False)
