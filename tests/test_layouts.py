@@ -216,3 +216,18 @@ def test_a_document_of_any_name_over_the_limit_loads_once_the_limit_rises(tmp_pa
     raised = _ingest(release, lake, max_file_bytes=10**7)  # the files unchanged: the new limit alone brings it in
     assert (raised.files_parsed, raised.epochs) == (1, 1)
     assert _rows(lake, "errors") == []
+
+
+def test_files_an_epoch_comes_with_in_a_flat_run_are_inventoried_and_a_misnamed_document_reported(tmp_path):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    run = release / "run"
+    write_epoch_in_layout(run, "file", epoch_document(0), b"{}")
+    for name in ("epoch_000_transcripts.jsonl", "epoch_000_config.json", "epoch_000_rollouts.tar.gz",
+                 "epoch_1.json", "epoch_000_results.json.bak"):
+        (run / name).write_text("{}")
+
+    assert _ingest(release, lake).epochs == 1
+    assert sorted((e["source_path"], e["error_kind"]) for e in _rows(lake, "errors")) == [
+        ("run/epoch_000_results.json.bak", "stray_file"), ("run/epoch_1.json", "stray_file")]
+    statuses = {row["source_path"]: row["status"] for row in _rows(lake, "files")}
+    assert statuses["run/epoch_000_transcripts.jsonl"] == statuses["run/epoch_000_rollouts.tar.gz"] == "skipped"

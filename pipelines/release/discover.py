@@ -12,6 +12,9 @@ from pathlib import Path
 # Nine digits at most: an epoch number always fits the warehouse's 64-bit integers.
 EPOCH_FILE_NAME = re.compile(r"^epoch_(\d{1,9})_results\.json$")
 EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
+# A file that an epoch's document comes with in a flat run folder (epoch_007_transcripts.jsonl, epoch_007_config.json):
+# inventoried like any other file, not reported as a misnamed document.
+EPOCH_COMPANION_NAME = re.compile(r"^epoch_\d{1,9}_(?!results)[^.]+(\.[A-Za-z0-9]+)+$")
 # An epoch folder's document, by name, in the order tried: the first present is loaded, and any other of these
 # names beside it is a duplicate_epoch. "{n}" is the folder's own digits (epoch_007/epoch_007_results.json).
 EPOCH_DIR_DOCUMENTS = (("epoch_{n}_results.json", "folder_epoch_results"), ("results.json", "folder"),
@@ -297,7 +300,7 @@ def list_run(run: RunFolder) -> RunListing:
                 skip(source_path, f"cannot list epoch folder: {exc.strerror}", "unreadable", epoch=int(match.group(1)))
                 continue
             list_epoch_folder(inner_entries, source_path, match.group(1))
-        elif name.startswith("epoch_"):
+        elif name.startswith("epoch_") and not EPOCH_COMPANION_NAME.match(name):
             # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
             skip(source_path, "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
                  "stray_file")
