@@ -424,10 +424,11 @@ def add_epoch_file(releases: list[str], nth: int = 0) -> Path:
     epoch = last.epoch_in_name + 1
     doc["epoch"] = epoch
     digits = len(re.search(r"epoch_(\d+)", last.path.as_posix()).group(1))
-    if last.layout == "folder":
-        target = last.path.parent.with_name(f"epoch_{epoch:0{digits}d}") / last.path.name
-    else:
+    if last.layout == "file":
         target = last.path.with_name(f"epoch_{epoch:0{digits}d}_results.json")
+    else:  # the same name in the next epoch folder, renumbered if it carries the folder's (epoch_NNN_results.json)
+        folder = last.path.parent.with_name(f"epoch_{epoch:0{digits}d}")
+        target = folder / last.path.name.replace(last.path.parent.name, folder.name)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(doc))
     return target

@@ -6,6 +6,7 @@ from pathlib import Path
 from conftest import epoch_document, write_epoch_file
 
 from pipelines.bench import build_ratios, add_epoch_file, check_targets, format_table, run_bench
+from pipelines.release.sample import write_epoch_in_layout
 
 
 def tiny_release(root: Path) -> Path:
@@ -27,6 +28,13 @@ def test_add_epoch_file_continues_each_layout(tmp_path):
     assert added_folder == release / "run_file" / "epoch_003_results.json"
     assert json.loads(added_file.read_text()) == {**epoch_document(1), "epoch": 2}
     assert json.loads(added_folder.read_text()) == {**epoch_document(2), "epoch": 3}
+
+
+def test_add_epoch_file_continues_a_folder_layout_with_its_own_name(tmp_path):
+    release = tmp_path / "release"
+    for epoch in range(2):
+        write_epoch_in_layout(release / "run", "folder_epoch_results", epoch_document(epoch), b"{}")
+    assert add_epoch_file([str(release)]) == release / "run" / "epoch_002" / "epoch_002_results.json"
 
 
 def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
