@@ -161,5 +161,5 @@ def test_figures_drawn_with_helper_processes_are_those_drawn_here_in_the_same_or
             for i, ablation in enumerate(["abl", "other"] * (JOBS_PER_HELPER // 2))]
     drawn = draw_figures(jobs, workers=2)
     assert drawn == [draw(job) for job in jobs]
-    assert len({files[f"{job.ablation}.png"] for (files, _), job in zip(drawn, jobs)}) == len(jobs)
+    assert len({files[f"{job.ablation}.png"] for (files, _), job in zip(drawn, jobs, strict=True)}) == len(jobs)
     assert drawn[0][1].startswith(b"\xff\xd8") and all(preview is None for _, preview in drawn[1:])  # a JPEG

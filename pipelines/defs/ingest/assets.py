@@ -1,6 +1,5 @@
 """Assets that scan the releases and flatten each run's epoch files into the Parquet lake."""
 
-
 import time
 from collections.abc import Mapping
 from pathlib import Path
