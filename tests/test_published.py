@@ -131,7 +131,7 @@ def old_duckdb() -> str:
 
 
 @pytest.mark.slow
-def test_an_older_duckdb_client_reads_what_the_projects_own_reads(sample_warehouse, old_duckdb, tmp_path):
+def test_an_older_duckdb_client_reads_what_the_projects_own_reads(old_duckdb, sample_warehouse, tmp_path):
     _, wh = sample_warehouse
     queries = {table: f"select * from {table}" for table in sorted(model_tables())}
     queries["trajectories_with_runs"] = (
