@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import yaml
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 # The macros every model may call (t_quantile, ...), created on the connection with the parameters.
@@ -18,15 +19,29 @@ FUNCTIONS_SQL = (SQL_DIR / "functions.sql").read_text()
 LAKE_SCHEMA = "lake"
 _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
 _PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
-# A header line `-- incremental: run_id` declares that each row of the model belongs to one run and is computed from
-# that run's rows of the tables it reads (and from tables without a run_id, read whole): after a change to some runs,
-# only their rows are computed again, from those runs' rows (run_model_rows; defs/models/assets.py decides which).
-_INCREMENTAL = re.compile(r"^--\s*incremental:\s*(\S+)\s*$", re.MULTILINE)
+# Each folder of models declares them in a dbt-style schema.yml beside the SQL: their columns, their data tests,
+# and, for an incremental model, the key its rows are refreshed by (`materialized: incremental`,
+# `incremental_strategy: delete+insert`, `unique_key: run_id`): each row belongs to one run and is computed from that
+# run's rows of the tables it reads (and from tables without a run_id, read whole), so after a change to some runs
+# only their rows are deleted and computed again (run_model_rows; defs/models/assets.py decides which).
+SCHEMA_FILE = "schema.yml"
 INCREMENTAL_KEYS = ("run_id",)
+COLUMN_TESTS = ("unique", "not_null")
+COMBINATION_TEST = "dbt_utils.unique_combination_of_columns"
 
 
 class ModelError(Exception):
     """A model that cannot be loaded or run; the message names its file."""
+
+
+@dataclass(frozen=True)
+class ModelColumn:
+    """A column as the model's schema.yml declares it."""
+
+    name: str
+    data_type: str
+    description: str
+    tests: tuple[str, ...] = ()  # "unique", "not_null"
 
 
 @dataclass(frozen=True)
@@ -38,7 +53,9 @@ class SqlModel:
     description: str  # the file's header comment
     model_deps: tuple[str, ...]  # other models it reads
     lake_deps: tuple[str, ...]  # lake views it reads (lake.<table>)
-    incremental_key: str | None = None  # from an `-- incremental: <key>` header line
+    incremental_key: str | None = None  # schema.yml's unique_key of an incremental model
+    columns: tuple[ModelColumn, ...] = ()  # schema.yml's columns, in the table's order
+    unique_combinations: tuple[tuple[str, ...], ...] = ()  # schema.yml's unique_combination_of_columns tests
 
     def fingerprint(self, params: dict, upstream: list[str]) -> str:
         return digest(self.sql, FUNCTIONS_SQL, params, sorted(upstream))
@@ -53,8 +70,7 @@ def header_comment(sql: str) -> str:
     match = _LEADING_COMMENT.match(sql)
     if not match:
         return ""
-    lines = [line.strip().removeprefix("--").strip() for line in match.group(1).splitlines()
-             if not _INCREMENTAL.match(line.strip())]
+    lines = [line.strip().removeprefix("--").strip() for line in match.group(1).splitlines()]
     text = " ".join(line for line in lines if line).strip()
     # The header is the asset's description in the UI: name a parameter, not the SQL that reads it.
     return _PARAMETER_READ.sub(r"`\1`", text)
@@ -96,6 +112,7 @@ def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset
     duplicates = sorted(n for n in names if sum(p.stem == n for p in paths) > 1)
     if duplicates:
         raise ModelError(f"two model files define the same table: {', '.join(duplicates)}")
+    declarations = _declarations({p.parent for p in paths}, names)
     models: dict[str, SqlModel] = {}
     for path in paths:
         sql = path.read_text()
@@ -115,16 +132,51 @@ def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset
                     f"{path}: reads table `{qualified}`, which is neither a model in {sql_dir} "
                     f"nor a lake table ({', '.join(f'{LAKE_SCHEMA}.{t}' for t in sorted(lake_tables)) or 'lake.*'})"
                 )
-        header = _LEADING_COMMENT.match(sql)
-        incremental = _INCREMENTAL.search(header.group(1)) if header else None
-        if incremental and incremental.group(1) not in INCREMENTAL_KEYS:
-            raise ModelError(f"{path}: `incremental: {incremental.group(1)}` is not a key models can be refreshed by "
-                             f"({', '.join(INCREMENTAL_KEYS)})")
         models[path.stem] = SqlModel(
             path.stem, path.parent.name, path, sql, header_comment(sql), tuple(sorted(model_deps)),
-            tuple(sorted(lake_deps)), incremental.group(1) if incremental else None,
+            tuple(sorted(lake_deps)), **declarations.get(path.stem, {}),
         )
     return _in_dependency_order(models)
+
+
+def _declarations(folders: set[Path], names: set[str]) -> dict[str, dict]:
+    """SqlModel fields of each model declared in a schema.yml of the given folders, checked."""
+    found: dict[str, dict] = {}
+    for schema in sorted(folder / SCHEMA_FILE for folder in folders if (folder / SCHEMA_FILE).is_file()):
+        try:
+            entries = (yaml.safe_load(schema.read_text()) or {}).get("models") or []
+        except yaml.YAMLError as exc:
+            raise ModelError(f"{schema}: not valid YAML: {exc}") from None
+        for entry in entries:
+            name = entry.get("name")
+            if name not in names or name in found:
+                raise ModelError(f"{schema}: model `{name}` has no SQL file beside it, or is declared twice")
+            found[name] = _declaration(schema, entry)
+    return found
+
+
+def _declaration(schema: Path, entry: dict) -> dict:
+    where = f"{schema}: model `{entry['name']}`"
+    config = entry.get("config") or {}
+    key = None
+    if config.get("materialized") == "incremental":
+        key = config.get("unique_key")
+        if key not in INCREMENTAL_KEYS or config.get("incremental_strategy") != "delete+insert":
+            raise ModelError(f"{where}: an incremental model is refreshed by `incremental_strategy: delete+insert` on "
+                             f"`unique_key: {' | '.join(INCREMENTAL_KEYS)}`, not {key!r}")
+    columns = []
+    for column in entry.get("columns") or []:
+        tests = tuple(column.get("data_tests") or ())
+        if set(tests) - set(COLUMN_TESTS) or not column.get("description"):
+            raise ModelError(f"{where}: column `{column.get('name')}` needs a description, and its data_tests "
+                             f"are among {', '.join(COLUMN_TESTS)}")
+        columns.append(ModelColumn(column["name"], str(column.get("data_type", "")), column["description"], tests))
+    combinations = []
+    for test in entry.get("data_tests") or []:
+        if not (isinstance(test, dict) and set(test) == {COMBINATION_TEST}):
+            raise ModelError(f"{where}: a model's data_tests are {COMBINATION_TEST} only, not {test!r}")
+        combinations.append(tuple(test[COMBINATION_TEST]["combination_of_columns"]))
+    return {"incremental_key": key, "columns": tuple(columns), "unique_combinations": tuple(combinations)}
 
 
 def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:

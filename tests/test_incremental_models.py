@@ -1,4 +1,4 @@
-"""Incremental models (an `-- incremental: run_id` header line): after a change to some runs only their rows are
+"""Incremental models (`materialized: incremental` on `unique_key: run_id` in their schema.yml): after a change to some runs only their rows are
 computed again, and every table then holds what a build from scratch of the same release holds."""
 
 import json
@@ -138,12 +138,15 @@ def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build,
 
 def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):
     (tmp_path / "marts").mkdir()
-    (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per epoch.\n-- incremental: epoch\nselect 1 as epoch\n")
-    with pytest.raises(ModelError, match=r"by_epoch\.sql.*incremental: epoch"):
+    (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per epoch.\nselect 1 as epoch\n")
+    declaration = ("models:\n  - name: by_epoch\n    config:\n      materialized: incremental\n"
+                   "      incremental_strategy: delete+insert\n      unique_key: {key}\n")
+    (tmp_path / "marts" / "schema.yml").write_text(declaration.format(key="epoch"))
+    with pytest.raises(ModelError, match=r"schema\.yml: model `by_epoch`.*not 'epoch'"):
         load_models(tmp_path)
-    (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per run.\n-- incremental: run_id\nselect 'a' as run_id\n")
+    (tmp_path / "marts" / "schema.yml").write_text(declaration.format(key="run_id"))
     model = load_models(tmp_path)["by_epoch"]
-    assert (model.incremental_key, model.description) == ("run_id", "Per run.")
+    assert (model.incremental_key, model.description) == ("run_id", "Per epoch.")
 
 
 def test_the_runs_computed_again_see_only_their_rows_of_the_tables_they_read(tmp_path):
@@ -151,8 +154,10 @@ def test_the_runs_computed_again_see_only_their_rows_of_the_tables_they_read(tmp
     (which stops a filter on the query's result), and leaves the tables as they were once it is done."""
     (tmp_path / "marts").mkdir()
     (tmp_path / "marts" / "scores.sql").write_text("select 'a' as run_id, 1.0::double as score\n")
+    (tmp_path / "marts" / "schema.yml").write_text(
+        "models:\n  - name: totals\n    config: {materialized: incremental, incremental_strategy: delete+insert,"
+        " unique_key: run_id}\n")
     (tmp_path / "marts" / "totals.sql").write_text(
-        "-- incremental: run_id\n"
         "with seen as materialized (select * from scores)\n"
         "select run_id, sum(score) as total, (select count(*) from seen) as rows_seen from seen group by run_id\n")
     models = load_models(tmp_path)

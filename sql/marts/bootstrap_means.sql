@@ -4,7 +4,6 @@
 -- random(), so a rebuild gives the same numbers at any thread count. ablation_contrasts takes its intervals from
 -- the differences of two runs' means, replicate by replicate, when getvariable('ci_method') is `iid`; with
 -- any other method the table is empty.
--- incremental: run_id
 with window_values as (
     select
         run_id,

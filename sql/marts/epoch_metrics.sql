@@ -4,7 +4,6 @@
 -- TensorBoard's debiased EMA of the mean reward (weight getvariable('ema_weight')) and its trailing mean over the epoch and up
 -- to getvariable('rolling_window') − 1 loaded epochs before it. An epoch with no finite reward has a null
 -- mean_reward, which the EMA passes through without counting it.
--- incremental: run_id
 with recursive epochs as (
     select
         run_id,

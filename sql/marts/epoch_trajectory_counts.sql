@@ -2,7 +2,6 @@
 -- the first and last position. The check trajectory_arrays_consistent compares them with fact_epochs'
 -- n_trajectories: positions 0 … n − 1, each once. Computed per run, so after a change only that run's epochs are
 -- counted again (a distinct count per epoch over every trajectory is the costly part of the check).
--- incremental: run_id
 with trajectories as (
     select
         run_id,

@@ -5,7 +5,6 @@
 -- must average to 0 and be an increasing affine function of the rewards (correlation 1), or be all 0 when
 -- those rewards are all equal. Trajectories with a non-finite reward are not tested (trainers give them 0 or
 -- drop them). Tolerance: getvariable('advantage_tolerance').
--- incremental: run_id
 with trajectories as (
     select
         run_id,

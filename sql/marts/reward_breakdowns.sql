@@ -3,7 +3,6 @@
 -- (window_start = epoch // breakdown_window × breakdown_window). These are optional per-trajectory extras: a
 -- release without one of the columns still builds (the column is read as all null) and a run without the extra
 -- simply has no rows for that breakdown. Finite rewards only; n_trajectories counts every trajectory of the level.
--- incremental: run_id
 with trajectories as (
     select
         run_id,

@@ -1,7 +1,6 @@
 -- Every loaded epoch document of the lake, ranked among the documents of the same run and epoch.
 -- Two documents can hold one epoch (both layouts side by side, or a restarted job's copy): the most
 -- recently written file ranks first, ties broken by path, so a rebuild always keeps the same one.
--- incremental: run_id
 with epochs as (
     select * from lake.epochs
 ),

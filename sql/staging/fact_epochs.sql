@@ -1,5 +1,4 @@
 -- One row per run × epoch: the epoch summaries of every release, scalar extra keys as columns.
--- incremental: run_id
 with copies as (
     select * from epoch_copies
 ),

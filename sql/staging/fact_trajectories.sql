@@ -1,5 +1,4 @@
 -- One row per run × epoch × trajectory, with its group (traj_index // group_size) and per-trajectory extras.
--- incremental: run_id
 with trajectories as (
     select * from lake.trajectories
 ),

@@ -1,10 +1,10 @@
 """The asset checks of pipelines/defs/models/checks.py: quiet on clean data, firing on data that violates them."""
 
-import duckdb
 import dagster as dg
+import duckdb
 import pytest
-
 from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch
+
 from pipelines.defs.models import checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.warehouse_db import open_build_db
@@ -128,6 +128,30 @@ def test_model_checks_read_the_build_database_and_only_duplicates_block(tmp_path
     assert blocking == {"no_duplicate_epochs"}
 
 
+def create_ingest_errors(con, rows: list[tuple]) -> None:
+    con.execute("create table ingest_errors (source_path varchar, run_id varchar, epoch bigint, error_kind varchar,"
+                " message varchar, severity varchar, action varchar)")
+    if rows:
+        con.executemany("insert into ingest_errors values (?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def test_unloaded_input_warns_naming_the_quarantined_files_and_ignores_warnings():
+    con = duckdb.connect()
+    loaded_with_warning = ("rel/run_a/epoch_001_results.json", "run_a", 1, "duplicate_epoch", "epoch 1 is also in x",
+                           "warning", "not loaded: duplicate")
+    create_ingest_errors(con, [loaded_with_warning])
+    assert checks.unloaded_input(con).passed
+    con.executemany("insert into ingest_errors values (?, ?, ?, ?, ?, ?, ?)", [
+        ("run_b/epoch_003_results.json", "run_b", 3, "bad_json", "truncated at byte 40", "error", "quarantined: not loaded"),
+        (None, None, None, "release_problem", "release /gone does not exist", "error", "skipped"),
+    ])
+    result = checks.unloaded_input(con)
+    assert (result.passed, result.severity, result.metadata["count"].value) == (False, dg.AssetCheckSeverity.WARN, 2)
+    assert result.description == ("2 input file(s) or entries not loaded: release /gone does not exist, "
+                                  "run_b/epoch_003_results.json")
+    assert [row["error_kind"] for row in result.metadata["examples"].value] == ["release_problem", "bad_json"]
+
+
 def test_a_check_that_cannot_run_fails_instead_of_raising(tmp_path):
     duckdb.connect(str(tmp_path / "empty.duckdb")).close()
     (tmp_path / ".build").mkdir()
@@ -143,6 +167,7 @@ def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp
         build_marts(con, {"bootstrap_reps": 10})
         con.execute("create table unloaded_epochs (run_id varchar, epoch bigint, reason varchar, source_path varchar,"
                     " message varchar)")
+        create_ingest_errors(con, [])
         con.execute("insert into bookkeeping.model_state select table_name, 'fp-' || table_name, now()"
                     " from duckdb_tables() where schema_name = 'main'")
     executed = []

@@ -50,3 +50,45 @@ def test_header_comment_is_the_description_with_parameters_named():
     sql = "-- Mean over the last getvariable('final_window')\n-- loaded epochs.\n\nselect 1 -- not part of it\n"
     assert header_comment(sql) == "Mean over the last `final_window` loaded epochs."
     assert header_comment("select 1") == ""
+
+
+def test_schema_yml_declares_columns_tests_and_the_incremental_key(tmp_path):
+    (tmp_path / "marts").mkdir()
+    (tmp_path / "marts" / "scores.sql").write_text("-- One row per run.\nselect 'a' as run_id, 1.0 as score\n")
+    (tmp_path / "marts" / "schema.yml").write_text("""
+version: 2
+models:
+  - name: scores
+    config: {materialized: incremental, incremental_strategy: delete+insert, unique_key: run_id}
+    data_tests:
+      - dbt_utils.unique_combination_of_columns:
+          combination_of_columns: [run_id, score]
+    columns:
+      - name: run_id
+        data_type: varchar
+        description: The run.
+        data_tests: [unique, not_null]
+      - name: score
+        data_type: double
+        description: Its score.
+""")
+    model = load_models(tmp_path)["scores"]
+    assert model.incremental_key == "run_id"
+    assert [(c.name, c.data_type, c.description, c.tests) for c in model.columns] == [
+        ("run_id", "varchar", "The run.", ("unique", "not_null")), ("score", "double", "Its score.", ())]
+    assert model.unique_combinations == (("run_id", "score"),)
+
+
+@pytest.mark.parametrize("declaration, refusal", [
+    ("  - name: nowhere\n", r"`nowhere` has no SQL file"),
+    ("  - name: scores\n    columns:\n      - name: run_id\n", r"column `run_id` needs a description"),
+    ("  - name: scores\n    columns:\n      - {name: run_id, description: x, data_tests: [accepted_values]}\n",
+     r"column `run_id`.*among unique, not_null"),
+    ("  - name: scores\n    data_tests: [unique]\n", r"data_tests are dbt_utils.unique_combination_of_columns"),
+])
+def test_a_schema_yml_the_loader_cannot_honour_is_refused_naming_it(tmp_path, declaration, refusal):
+    (tmp_path / "marts").mkdir()
+    (tmp_path / "marts" / "scores.sql").write_text("select 'a' as run_id\n")
+    (tmp_path / "marts" / "schema.yml").write_text("models:\n" + declaration)
+    with pytest.raises(ModelError, match=r"schema\.yml.*" + refusal):
+        load_models(tmp_path)

@@ -2,24 +2,35 @@
 
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import dagster as dg
 
-from pipelines.defs.models.checks import check_specs, evaluate_checks
+from pipelines.defs.models.checks import check_specs, declared_checks, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES
 from pipelines.models import (
-    SQL_DIR, SqlModel, columns, columns_digest, digest, key_digests, load_models, run_model, run_model_rows,
-    set_parameters, sql_string,
+    SCHEMA_FILE,
+    SQL_DIR,
+    SqlModel,
+    columns,
+    columns_digest,
+    digest,
+    key_digests,
+    load_models,
+    run_model,
+    run_model_rows,
+    set_parameters,
+    sql_string,
 )
 from pipelines.warehouse_db import (
     BOOKKEEPING,
     LAKE_VIEWS,
     create_lake_views,
-    lake_run_stamps,
     lake_dir,
     lake_fingerprint,
+    lake_run_stamps,
     model_fingerprint,
     open_build_db,
     parquet_source,
@@ -32,15 +43,31 @@ from pipelines.warehouse_db import (
 )
 
 DUCKDB_POOL = "duckdb_writer"
+OWNERS = ["team:rl-research"]
+DOMAIN_TAGS = {"domain": "warehouse"}
 MODELS = load_models(SQL_DIR, frozenset(LAKE_VIEWS))
 
 
-def table_metadata(con, table: str) -> dict:
-    columns = con.execute(f"describe {table}").fetchall()
+def column_schema(model: SqlModel, found: list[tuple[str, str]] | None = None) -> dg.TableSchema:
+    """The model's columns with their schema.yml descriptions: those of the built table when given, else as declared
+    (so the catalog shows them before the first build)."""
+    declared = {column.name: column for column in model.columns}
+    if found is None:
+        found = [(column.name, column.data_type) for column in model.columns]
+    return dg.TableSchema(columns=[
+        dg.TableColumn(name, kind.lower(), description=declared[name].description,
+                       constraints=dg.TableColumnConstraints(nullable="not_null" not in declared[name].tests,
+                                                             unique="unique" in declared[name].tests))
+        if name in declared else dg.TableColumn(name, kind.lower())
+        for name, kind in found
+    ])
+
+
+def table_metadata(con, model: SqlModel) -> dict:
     return {
-        "dagster/row_count": con.execute(f"select count(*) from {table}").fetchone()[0],
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(name, str(kind)) for name, kind, *_ in columns]),
-        "dagster/table_name": table,
+        "dagster/row_count": con.execute(f"select count(*) from {model.name}").fetchone()[0],
+        "dagster/column_schema": column_schema(model, columns(con, model.name)),
+        "dagster/table_name": model.name,
     }
 
 
@@ -141,32 +168,59 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str
             if done == "rebuilt":
                 _rebuild(con, model, params, lake)
                 record_model(con, model.name, fingerprint)
-        return fingerprint, done, table_metadata(con, model.name)
+        return fingerprint, done, table_metadata(con, model)
+
+
+def code_references(model: SqlModel) -> dg.CodeReferencesMetadataValue:
+    """The model's SQL file and the schema.yml declaring its columns and tests, as the UI's code links."""
+    files = [(model.path, "SQL"), (model.path.parent / SCHEMA_FILE, "columns and data tests")]
+    # The documented form of code references; its classes are marked beta in 1.13.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.CodeReferencesMetadataValue(code_references=[
+            dg.LocalFileCodeReference(file_path=str(path), line_number=1, label=label) for path, label in files
+            if path.is_file()
+        ])
 
 
 def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
     deps = [dg.AssetKey(dep) for dep in model.model_deps] + [dg.AssetKey(["lake", t]) for t in model.lake_deps]
-
-    @dg.asset(
-        name=model.name,
+    declared = declared_checks(model)
+    spec = dg.AssetSpec(
+        model.name,
         deps=deps,
         description=model.description or None,
         group_name="models",
         kinds={"duckdb", "sql"},
-        tags={"layer": model.layer},
+        tags={"layer": model.layer, **DOMAIN_TAGS},
+        owners=OWNERS,
         code_version=hashlib.sha256(model.sql.encode()).hexdigest()[:12],
-        pool=DUCKDB_POOL,
-        metadata={"sql_file": str(model.path.relative_to(SQL_DIR.parent))},
-        check_specs=check_specs(model.name),
+        metadata={
+            "sql_file": str(model.path.relative_to(SQL_DIR.parent)),
+            "dagster/column_schema": column_schema(model),
+            "dagster/table_name": model.name,
+            "dagster/code_references": code_references(model),
+            **({"incremental_key": model.incremental_key} if model.incremental_key else {}),
+        },
     )
-    def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
+
+    # Subsettable, so that a check can run on its own (the UI's "Execute" on a check) against the table as it stands.
+    @dg.multi_asset(name=model.name, specs=[spec], check_specs=check_specs(model.name, declared), can_subset=True,
+                    pool=DUCKDB_POOL)
+    def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
+        selected = {key.name for key in context.selected_asset_check_keys}
+        if spec.key not in context.selected_asset_keys:
+            yield from evaluate_checks(model.name, warehouse, declared, selected)
+            return
         fingerprint, done, metadata = refresh_model(model, warehouse)
         rows = metadata["dagster/row_count"]
         context.log.info(f"{rows:,} rows" + (" (inputs unchanged, table kept)" if done == "kept" else f" ({done})"))
-        return dg.MaterializeResult(
+        yield dg.MaterializeResult(
+            asset_key=spec.key,
             metadata={**metadata, "grpo/rebuilt": done != "kept", "grpo/refresh": done},
             data_version=dg.DataVersion(fingerprint),
-            check_results=evaluate_checks(model.name, warehouse),  # a kept table re-emits its stored results
+            # a kept table re-emits its stored results
+            check_results=evaluate_checks(model.name, warehouse, declared, selected),
         )
 
     return _model

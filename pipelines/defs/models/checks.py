@@ -1,13 +1,15 @@
 """Data checks on the SQL model tables, evaluated in each model's own step, right after its table is built.
 
-They are AssetCheckSpecs of the model assets (pipelines/defs/models/assets.py adds them) rather than separate
-@asset_check ops, so they cost no extra step process under the multiprocess executor.
+Two kinds: the data tests each model's schema.yml declares (`unique`, `not_null`, `unique_combination_of_columns`:
+ERROR when violated), and the checks of this module, on what a table's numbers mean. Both are AssetCheckSpecs of
+the model assets (pipelines/defs/models/assets.py adds them), which are subsettable: a check also runs on its own
+(the UI's "Execute" on a check), on the table as it stands.
 
-Severity: WARN where the data is merely suspicious (the trainer's numbers look odd, epochs are missing), ERROR
-where a table is wrong. Only one check blocks: a duplicate (run, epoch) in fact_epochs would double-count every
-metric downstream, and staging deduplicates documents, so it can only come from a bug; the build then stops
-before publishing (exit non-zero, naming the check) rather than publish wrong numbers. Every other failing check
-is recorded in Dagster and leaves the build's exit status alone.
+Severity: WARN where the data is merely suspicious (the trainer's numbers look odd, epochs are missing, input files
+were not loaded), ERROR where a table is wrong. Only one check blocks: a duplicate (run, epoch) in fact_epochs would
+double-count every metric downstream, and staging deduplicates documents, so it can only come from a bug; the build
+then stops before publishing (exit non-zero, naming the check) rather than publish wrong numbers. Every other
+failing check is recorded in Dagster and leaves the build's exit status alone.
 
 A check's result is stored in the build database (`bookkeeping.check_state`), keyed by the fingerprints of the
 tables it reads, its parameters and this module's code: when none of them changed (the model's table was kept), the
@@ -17,14 +19,15 @@ stored result is emitted again instead of running the check's SQL, so a no-chang
 import hashlib
 import json
 import math
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import dagster as dg
 import duckdb
 
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.models import SqlModel, sql_identifier
 from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints, open_build_db
 
 EXAMPLES = 50  # offending rows listed in a check's metadata
@@ -181,6 +184,33 @@ def runs_not_loading(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
                    f"run(s) that loaded no epoch, or under {MIN_LOADED_SHARE:.0%} of their epoch entries")
 
 
+def unloaded_input(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
+    """Input files and entries that were not loaded (quarantined or skipped), with what is wrong with each."""
+    total, examples = _examples(
+        con,
+        "select source_path, run_id, epoch, error_kind, message, action from ingest_errors"
+        " where severity = 'error' order by run_id nulls first, source_path",
+    )
+    # The files themselves in the check's one-line summary, which the UI shows beside its status.
+    named = ", ".join(str(row["source_path"] or row["message"]) for row in examples[:3]) + (", ..." if total > 3 else "")
+    what = "input file(s) or entries not loaded" + (f": {named}" if total else "")
+    return _result(total, examples, dg.AssetCheckSeverity.WARN, what)
+
+
+def violations(con: duckdb.DuckDBPyConnection, table: str, test: str, columns: tuple[str, ...]) -> dg.AssetCheckResult:
+    """A schema.yml data test: rows with a null in the column (not_null), or keys held by more than one row."""
+    names = ", ".join(sql_identifier(column) for column in columns)
+    if test == "not_null":
+        sql = f"select * from {sql_identifier(table)} where {names} is null"
+        what = f"row(s) of {table} with a null {columns[0]}"
+    else:
+        sql = (f"select {names}, count(*) as n_rows from {sql_identifier(table)} group by {names}"
+               f" having count(*) > 1 order by {names}")
+        what = f"duplicate ({', '.join(columns)}) key(s) in {table}"
+    total, examples = _examples(con, sql)
+    return _result(total, examples, dg.AssetCheckSeverity.ERROR, what)
+
+
 @dataclass(frozen=True)
 class ModelCheck:
     """One check of a model's table: its name, what it asserts, and the function that evaluates it."""
@@ -222,6 +252,10 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
                    "(epoch_NNN_results.json files and epoch_NNN/ folders); unloaded_epochs says why not.",
                    lambda con, _: runs_not_loading(con), ("dim_runs", "fact_epochs", "unloaded_epochs")),
     ),
+    "ingest_errors": (
+        ModelCheck("input_loaded", "Every input file and entry was loaded: none quarantined or skipped as unreadable.",
+                   lambda con, _: unloaded_input(con), ("ingest_errors",)),
+    ),
     "run_summary": (
         ModelCheck("no_epoch_gaps", "No epochs are missing between a run's first and last loaded epoch.",
                    lambda con, _: epoch_gaps(con), ("epoch_metrics", "run_summary")),
@@ -229,10 +263,24 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
 }
 
 
-def check_specs(model: str) -> list[dg.AssetCheckSpec]:
-    """The checks of a model's asset, for its definition."""
+def declared_checks(model: SqlModel) -> tuple[ModelCheck, ...]:
+    """The data tests of the model's schema.yml (unique, not_null, unique_combination_of_columns), as checks."""
+    tests = [(test, (column.name,)) for column in model.columns for test in column.tests]
+    tests += [("unique", combination) for combination in model.unique_combinations]
+    return tuple(
+        ModelCheck(f"{test}_{'_'.join(columns)}",
+                   f"No two rows share a ({', '.join(columns)})." if test == "unique"
+                   else f"{columns[0]} is never null.",
+                   lambda con, _, test=test, columns=columns: violations(con, model.name, test, columns), (model.name,),
+                   parameters=lambda _, test=test, columns=columns: {"test": test, "columns": columns})
+        for test, columns in tests
+    )
+
+
+def check_specs(model: str, declared: tuple[ModelCheck, ...] = ()) -> list[dg.AssetCheckSpec]:
+    """The checks of a model's asset, for its definition: its own ones and those its schema.yml declares."""
     return [dg.AssetCheckSpec(check.name, asset=model, description=check.description, blocking=check.blocking)
-            for check in MODEL_CHECKS.get(model, ())]
+            for check in MODEL_CHECKS.get(model, ()) + declared]
 
 
 CODE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
@@ -273,12 +321,14 @@ def store_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerp
                  json.dumps(metadata)])
 
 
-def evaluate_checks(model: str, warehouse: WarehouseConfig) -> list[dg.AssetCheckResult]:
-    """A model's check results: stored ones whose inputs are unchanged, the others evaluated on the build database.
+def evaluate_checks(model: str, warehouse: WarehouseConfig, declared: tuple[ModelCheck, ...] = (),
+                    selected: set[str] | None = None) -> list[dg.AssetCheckResult]:
+    """A model's check results (those selected, by name; all by default): stored ones whose inputs are unchanged, the
+    others evaluated on the build database.
 
     A check that cannot run fails (ERROR) instead of raising, and is not stored, so the next build tries again.
     """
-    checks = MODEL_CHECKS.get(model, ())
+    checks = [check for check in MODEL_CHECKS.get(model, ()) + declared if selected is None or check.name in selected]
     if not checks:
         return []
     results = []
