@@ -270,12 +270,12 @@ def step_sensor(releases: list[str], lake: str) -> dict:
     from pipelines.defs.resources import WarehouseConfig
 
     roots, settle_ns = [Path(r) for r in releases], WarehouseConfig().settle_seconds * 10**9
-    first = scan_releases(roots, Path(lake), {}, time.time_ns(), settle_ns)
+    first = scan_releases(roots, Path(lake), set(), {}, time.time_ns(), settle_ns)
     started = time.perf_counter()
-    tick = scan_releases(roots, Path(lake), first.state, time.time_ns(), settle_ns)
-    cursor = dump_cursor(1, tick.state)
+    tick = scan_releases(roots, Path(lake), set(first.new_runs), first.unsettled, time.time_ns(), settle_ns)
+    cursor = dump_cursor(1, tick.unsettled)
     return {"seconds": time.perf_counter() - started, "cursor_bytes": len(cursor),
-            "runs_to_ingest": len(tick.runs_to_ingest), "quiet_runs": sum(w.quiet for w in tick.state.values())}
+            "runs_to_ingest": len(tick.runs_to_ingest), "quiet_runs": tick.quiet_runs}
 
 
 STEPS = {"decode": step_decode, "json": step_json, "figures": step_figures, "ingest": step_ingest, "duckdb": step_duckdb, "pandas": step_pandas,

@@ -5,15 +5,24 @@ from pathlib import Path
 
 import dagster as dg
 
-# The SQL models and exports follow their inputs by themselves: whenever an upstream asset (a lake partition,
-# another model) is materialized, they are requested too, once nothing upstream is missing or in progress.
+from pipelines.defs.ingest.partitions import REFRESHES_TAG
+
+# The SQL models and exports follow their inputs by themselves: when an upstream asset (a lake partition, another
+# model) is materialized with a new data version, they are requested too, once nothing upstream is missing or in
+# progress. Eager, except that an upstream materialization that changed nothing (same data version: a model whose
+# inputs were unchanged, a lake partition with no new file) requests nothing downstream.
 AUTOMATED_GROUPS = ("models", "exports")
 AUTOMATION_INTERVAL_SECONDS = 30
+ANY_DEPS_CHANGED = dg.AutomationCondition.any_deps_match(
+    (dg.AutomationCondition.data_version_changed() & ~dg.AutomationCondition.executed_with_root_target())
+    | dg.AutomationCondition.will_be_requested()
+).with_label("any_deps_changed")
+ON_CHANGE = dg.AutomationCondition.eager().replace("any_deps_updated", ANY_DEPS_CHANGED)
 
 
 def _automate(spec: dg.AssetSpec) -> dg.AssetSpec:
     if spec.group_name in AUTOMATED_GROUPS and spec.automation_condition is None:
-        return spec.replace_attributes(automation_condition=dg.AutomationCondition.eager())
+        return spec.replace_attributes(automation_condition=ON_CHANGE)
     return spec
 
 
@@ -22,7 +31,9 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     target=dg.AssetSelection.groups(*AUTOMATED_GROUPS),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=AUTOMATION_INTERVAL_SECONDS,
-    description="Rebuilds the SQL models and exports whose inputs were updated.",
+    description=f"Every {AUTOMATION_INTERVAL_SECONDS} s, requests the SQL models and exports whose inputs changed "
+                "(a new data version upstream): an upstream materialization that changed nothing requests nothing.",
+    run_tags={REFRESHES_TAG: "the models and exports whose inputs changed"},
 )
 
 

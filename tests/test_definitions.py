@@ -1,6 +1,7 @@
 """The code location loads, and its graph has every table of the public contract."""
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import defs
 
@@ -20,3 +21,38 @@ def test_model_dependencies_come_from_the_sql():
     assert dg.AssetKey("fact_epochs") in graph.get(dg.AssetKey("fact_trajectories")).parent_keys
     assert dg.AssetKey(["lake", "trajectories"]) in graph.get(dg.AssetKey("fact_trajectories")).parent_keys
     assert dg.AssetKey(["lake", "runs"]) in graph.get(dg.AssetKey("dim_runs")).parent_keys
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_downstream_follows_a_new_data_version_only(partitioned):
+    """The models' and exports' automation condition, on a two-asset graph: upstream materialized again with the
+    same data version requests nothing downstream; with a new one, downstream is requested."""
+    from pipelines.definitions import ON_CHANGE
+
+    runs = dg.DynamicPartitionsDefinition(name="runs") if partitioned else None
+    version = {"value": "1"}
+
+    @dg.asset(partitions_def=runs)
+    def upstream() -> dg.MaterializeResult:
+        return dg.MaterializeResult(data_version=dg.DataVersion(version["value"]))
+
+    @dg.asset(deps=[upstream], automation_condition=ON_CHANGE)
+    def downstream() -> None:
+        pass
+
+    def materialize_upstream():
+        assert dg.materialize([upstream], instance=instance, partition_key="run_a" if partitioned else None).success
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        if partitioned:
+            instance.add_dynamic_partitions("runs", ["run_a"])
+        materialize_upstream()
+        assert dg.materialize([downstream], instance=instance).success
+        first = dg.evaluate_automation_conditions(defs=[upstream, downstream], instance=instance)
+        materialize_upstream()  # nothing changed
+        second = dg.evaluate_automation_conditions(defs=[upstream, downstream], instance=instance, cursor=first.cursor)
+        assert second.total_requested == 0
+        version["value"] = "2"
+        materialize_upstream()
+        third = dg.evaluate_automation_conditions(defs=[upstream, downstream], instance=instance, cursor=second.cursor)
+        assert third.get_requested_partitions(downstream.key) == {None}

@@ -9,8 +9,6 @@ import pytest
 from conftest import epoch_document
 import pipelines.defs.ingest.sensors
 from pipelines.defs.ingest.sensors import (
-    RELEASE_KEYS,
-    RUN_LAKE_KEYS,
     dump_cursor,
     parse_cursor,
     release_files_sensor,
@@ -65,7 +63,7 @@ def ingested_runs(result):
 
 
 def asks_for_release_scan(result):
-    return any(r.partition_key is None and sorted(r.asset_selection) == RELEASE_KEYS for r in result.run_requests)
+    return any(r.partition_key is None and r.job_name == "scan_releases" for r in result.run_requests)
 
 
 @pytest.fixture
@@ -86,7 +84,7 @@ def test_new_run_folder_adds_a_partition_and_its_files_are_taken_once_settled(tm
     result = ticker()  # same size and mtime as on the previous tick: settled
     assert ingested_runs(result) == ["run_a"]
     request = next(r for r in result.run_requests if r.partition_key)
-    assert sorted(request.asset_selection) == RUN_LAKE_KEYS
+    assert request.job_name == "ingest_runs"
     assert ticker.ingest(result)["run_a"].files_parsed == 1
 
     result = ticker()  # nothing changed: nothing requested, no file handed over twice
@@ -176,9 +174,10 @@ def test_files_already_in_the_lake_are_not_handed_to_ingest_again(tmp_path, writ
     ingest_run_folder(runs["run_a"], lake, 2**20)  # an earlier `grpo-warehouse build`
     set_mtime(write_epoch(release / "run_a", 3), OLD)
 
-    changes = scan_releases([release], lake, {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    changes = scan_releases([release], lake, set(), {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
     assert changes.new_runs == ["run_a"]
-    assert changes.runs_to_ingest == {"run_a": ["run_a/epoch_003_results.json"]}
+    assert {run: list(files) for run, files in changes.runs_to_ingest.items()} == {
+        "run_a": ["run_a/epoch_003_results.json"]}
 
 
 @pytest.fixture
@@ -196,13 +195,12 @@ def quiet_run(tmp_path, ticker, write_epoch, monkeypatch):
     return run, listed
 
 
-def test_a_quiet_run_is_not_listed_and_its_files_leave_the_cursor(ticker, quiet_run):
+def test_a_quiet_run_is_not_listed(ticker, quiet_run):
     run, listed = quiet_run
     result = ticker()
     assert result.run_requests == [] and listed == []
     assert ticker.partitions() == ["run_a"]  # still known: not a run that went away
-    _, state = parse_cursor(ticker.cursor)
-    assert state["run_a"].quiet and state["run_a"].taken == {}
+    assert result.skip_reason.skip_message == "no new, changed or removed epoch file in 1 run folder(s) (1 quiet, not listed)"
 
     result = ticker()  # and stays so
     assert result.run_requests == [] and listed == []
@@ -212,11 +210,10 @@ def test_a_quiet_run_that_changes_is_listed_and_only_its_new_file_handed_over(ti
     run, listed = quiet_run
     ticker()
     set_mtime(write_epoch(run, 2), OLD)  # the run folder changes: its stamps no longer hold
-    changes = scan_releases(ticker.config.release_roots(), lake_dir(ticker.config.warehouse),
+    changes = scan_releases(ticker.config.release_roots(), lake_dir(ticker.config.warehouse), {"run_a"},
                             parse_cursor(ticker.cursor)[1], now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
-    assert listed == ["run_a"]
-    assert changes.runs_to_ingest == {"run_a": ["run_a/epoch_002_results.json"]}  # the lake has the other two
-    assert not changes.state["run_a"].quiet
+    assert listed == ["run_a"] and changes.quiet_runs == 0
+    assert list(changes.runs_to_ingest["run_a"]) == ["run_a/epoch_002_results.json"]  # the lake has the other two
 
 
 def test_a_quiet_run_with_a_new_entry_beside_its_epochs_is_inventoried_again(ticker, quiet_run):
@@ -233,12 +230,15 @@ def test_settling_by_age_and_by_a_second_look(tmp_path, write_epoch):
     path = write_epoch(release / "run_a", 0)
     set_mtime(path, 1_000)
     mtime_ns = 1_000 * 10**9
-    young = scan_releases([release], tmp_path / "lake", {}, now_ns=mtime_ns + SETTLE_NS - 1, settle_ns=SETTLE_NS)
+    stat = (path.stat().st_size, mtime_ns)
+    young = scan_releases([release], tmp_path / "lake", set(), {}, now_ns=mtime_ns + SETTLE_NS - 1,
+                          settle_ns=SETTLE_NS)
     assert young.runs_to_ingest == {} and young.waiting == {"run_a": ["run_a/epoch_000_results.json"]}
-    old = scan_releases([release], tmp_path / "lake", {}, now_ns=mtime_ns + SETTLE_NS, settle_ns=SETTLE_NS)
-    assert old.runs_to_ingest == {"run_a": ["run_a/epoch_000_results.json"]}
-    second = scan_releases([release], tmp_path / "lake", young.state, now_ns=mtime_ns + 1, settle_ns=SETTLE_NS)
-    assert second.runs_to_ingest == {"run_a": ["run_a/epoch_000_results.json"]}
+    old = scan_releases([release], tmp_path / "lake", set(), {}, now_ns=mtime_ns + SETTLE_NS, settle_ns=SETTLE_NS)
+    assert old.runs_to_ingest == {"run_a": {"run_a/epoch_000_results.json": stat}}
+    second = scan_releases([release], tmp_path / "lake", set(), young.unsettled, now_ns=mtime_ns + 1,
+                           settle_ns=SETTLE_NS)
+    assert second.runs_to_ingest == {"run_a": {"run_a/epoch_000_results.json": stat}} and second.unsettled == {}
 
 
 def test_a_rewrite_of_the_same_size_with_a_new_mtime_is_taken(tmp_path, ticker, write_epoch):
@@ -265,21 +265,55 @@ def test_a_rewrite_of_the_same_size_with_a_new_mtime_is_taken(tmp_path, ticker, 
 def test_a_missing_release_root_does_not_look_like_deleted_runs(tmp_path, write_epoch):
     release = tmp_path / "release"
     set_mtime(write_epoch(release / "run_a", 0), OLD)
-    first = scan_releases([release], tmp_path / "lake", {}, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
     release.rename(tmp_path / "unmounted")
-    second = scan_releases([release], tmp_path / "lake", first.state, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
-    assert second.gone_runs == [] and "run_a" in second.state
+    second = scan_releases([release], tmp_path / "lake", {"run_a"}, {}, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
+    assert second.gone_runs == [] and second.new_runs == []
+    (tmp_path / "unmounted").rename(release)
+    (release / "run_a" / "epoch_000_results.json").unlink()
+    (release / "run_a").rmdir()
+    third = scan_releases([release], tmp_path / "lake", {"run_a"}, {}, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
+    assert third.gone_runs == ["run_a"]
 
 
-def test_cursor_round_trips_and_a_garbled_one_starts_afresh(tmp_path, write_epoch):
+def test_cursor_round_trips_and_a_garbled_one_starts_afresh():
+    assert parse_cursor(dump_cursor(7, {"run_b": "2f", "run_a": "1e"})) == (7, {"run_a": "1e", "run_b": "2f"})
+    assert parse_cursor("{not json") == (0, {})
+    assert parse_cursor("zlib:eJwLycgsVgCiRIWS1OISAC3sBW0=") == (0, {})  # the older, compressed format
+    assert parse_cursor(json.dumps({"format": 999})) == (0, {})
+
+
+def test_the_cursor_is_small_and_readable_and_skip_reasons_say_what_is_happening(tmp_path, ticker, write_epoch):
+    release = tmp_path / "release"
+    for run in range(40):
+        for epoch in range(5):
+            set_mtime(write_epoch(release / f"run_{run:02d}", epoch), OLD)
+    ticker.ingest(ticker())
+    growing = release / "run_07" / "epoch_005_results.json"
+    growing.write_text('{"epoch": 5, "rewards": [')  # being written: seconds old, not yet settled
+    result = ticker()
+    assert result.run_requests == []
+    assert result.skip_reason.skip_message == ("waiting for 1 file(s) still being written to settle "
+                                  "(run_07: run_07/epoch_005_results.json); they are taken once unchanged for a tick")
+    assert len(ticker.cursor) < 100 and list(json.loads(ticker.cursor)["unsettled"]) == ["run_07"]
+    set_mtime(growing, OLD)  # finished long ago after all
+    assert ingested_runs(ticker()) == ["run_07"]
+    assert json.loads(ticker.cursor)["unsettled"] == {}
+
+
+def test_runs_are_named_jobs_tagged_with_what_they_refresh_and_not_launched_twice(tmp_path, ticker, write_epoch):
     release = tmp_path / "release"
     set_mtime(write_epoch(release / "run_a", 0), OLD)
-    changes = scan_releases([release], tmp_path / "lake", {}, now_ns=OLD * 10**9, settle_ns=SETTLE_NS)
-    tick, state = parse_cursor(dump_cursor(7, changes.state))
-    assert tick == 7 and state == changes.state
-    assert parse_cursor("{not json") == (0, {})
-    assert parse_cursor("zlib:not base64 of zlib") == (0, {})
-    assert parse_cursor(json.dumps({"format": 999})) == (0, {})
+    result = ticker()
+    scan, ingest = result.run_requests
+    assert (scan.job_name, scan.tags["grpo/refreshes"]) == ("scan_releases", "the run list: 1 new run folder(s)")
+    assert (ingest.job_name, ingest.partition_key) == ("ingest_runs", "run_a")
+    assert ingest.tags["grpo/refreshes"] == "lake partition run_a: 1 new, changed or removed epoch file(s)"
+    # Not ingested yet (the run is still queued): the next tick asks again under the same run key, which Dagster
+    # launches once.
+    [again] = ticker().run_requests
+    assert again.run_key == ingest.run_key
+    set_mtime(write_epoch(release / "run_a", 1), OLD)
+    assert ticker().run_requests[0].run_key != ingest.run_key
 
 
 def test_the_sensor_and_schedule_run_by_default():

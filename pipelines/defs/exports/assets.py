@@ -32,6 +32,8 @@ from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, 
 from pipelines.warehouse_db import build_dir, model_fingerprints, open_build_db
 
 GROUP = "exports"
+OWNERS = ["team:rl-research"]
+DOMAIN_TAGS = {"domain": "exports"}
 FIGURES = "figures"
 # Each exported table, in an order that makes its files byte-stable from one build to the next.
 EXPORTED_TABLES = {
@@ -180,6 +182,8 @@ def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, 
     deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
     kinds={"matplotlib", "png", "svg"},
+    owners=OWNERS,
+    tags=DOMAIN_TAGS,
 )
 def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """One figure per ablation (PNG and SVG): reward curves, zero-variance groups and entropy of its runs."""
@@ -190,8 +194,11 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     entry = kept_entry(exports, ablation_figures.key.to_user_string(),
                        inputs_fingerprint(warehouse, FIGURE_INPUTS, params))
     if entry:
+        # Not the preview again (up to a few hundred kB of images): every materialization's metadata is stored.
         meta = entry["metadata"]
-        return kept_result(context, entry, figures_metadata(folder, meta["files"], meta["preview"], 0))
+        drawn = f"run `{meta['drawn_in_run'][:8]}`" if meta.get("drawn_in_run") else "an earlier materialization"
+        return kept_result(context, entry, figures_metadata(
+            folder, meta["files"], f"Figures unchanged since {drawn}, whose materialization shows them.", 0))
     tables, inputs = read_tables(warehouse, {"runs": RUNS_SQL, "epochs": EPOCHS_SQL,
                                              "summary": "select * from run_summary order by run_id"}, FIGURE_INPUTS)
     before = recorded_metadata(exports, ablation_figures.key.to_user_string()).get("ablations", {})
@@ -210,7 +217,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     version = content_version(files)
     record(exports, ablation_figures.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
            [f"{FIGURES}/{name}" for name in files], version.value,
-           {"files": sorted(files), "preview": preview, "ablations": ablations})
+           {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run_id})
     return dg.MaterializeResult(metadata=figures_metadata(folder, list(files), preview, len(written)),
                                 data_version=version)
 
@@ -228,6 +235,8 @@ def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rew
     deps=[dg.AssetKey(name) for name in EXPORTED_TABLES],
     group_name=GROUP,
     kinds={"csv", "parquet"},
+    owners=OWNERS,
+    tags=DOMAIN_TAGS,
 )
 def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """CSV and Parquet copies of run_summary, ablation_contrasts, snapshots and epoch_metrics."""
@@ -265,6 +274,8 @@ def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
     deps=[dg.AssetKey(name) for name in REPORT_INPUTS] + [ablation_figures.key],
     group_name=GROUP,
     kinds={"markdown"},
+    owners=OWNERS,
+    tags=DOMAIN_TAGS,
 )
 def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """report.md: per ablation, the winner at the compute-matched horizon, runs, contrasts, snapshots to call."""

@@ -1,5 +1,6 @@
 """Assets that scan the releases and flatten each run's epoch files into the Parquet lake."""
 
+import hashlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,13 +31,35 @@ RELEASE_TABLES = {
 }
 
 
+OWNERS = ["team:rl-research"]
+DOMAIN_TAGS = {"domain": "lake"}
+
+
 def column_schema(schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()])
 
 
+def frame_version(frame: pl.DataFrame) -> dg.DataVersion:
+    """A digest of a frame's schema and rows: the same rows give the same version, so nothing downstream follows."""
+    digest = hashlib.sha256(repr(frame.schema).encode())
+    digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
+    return dg.DataVersion(digest.hexdigest()[:16])
+
+
+def partitions_version(lake: Path, table: str, run_ids: list[str]) -> dg.DataVersion:
+    """A digest of the given runs' partition files of a lake table (size and mtime): unchanged while none of them is
+    rewritten, which an ingest that finds nothing new does not do."""
+    stamps = []
+    for run_id in sorted(run_ids):
+        path = partition_file(lake, table, run_id)
+        stamps.append(f"{run_id}:{path.stat().st_size}:{path.stat().st_mtime_ns}" if path.exists() else f"{run_id}:-")
+    return dg.DataVersion(hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16])
+
+
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(["lake", name], description=text, kinds={"parquet"}, group_name="ingest")
+        dg.AssetSpec(["lake", name], description=text, kinds={"parquet"}, group_name="ingest", owners=OWNERS,
+                     tags=DOMAIN_TAGS)
         for name, text in RELEASE_TABLES.items()
     ],
 )
@@ -71,12 +94,14 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         yield dg.MaterializeResult(
             asset_key=["lake", name],
             metadata={"dagster/row_count": frame.height, "dagster/column_schema": column_schema(frame.schema)},
+            data_version=frame_version(frame),
         )
 
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest")
+        dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest", owners=OWNERS,
+                     tags=DOMAIN_TAGS)
         for name, text in RUN_TABLES.items()
     ],
     partitions_def=run_partitions,
@@ -119,23 +144,43 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             f"{len(unchanged)} of {len(results)} run(s) unchanged, nothing parsed: "
             f"{sum(r.epochs for r in unchanged)} epochs, {sum(r.files_quarantined for r in unchanged)} quarantined"
         )
-    totals = {
-        "runs": len(results),
-        "runs_changed": sum(r.changed for r in results),
-        "files_parsed": sum(r.files_parsed for r in results),
-        "files_quarantined": sum(r.files_quarantined for r in results),
-        "epochs": sum(r.epochs for r in results),
-        "trajectories": sum(r.trajectories for r in results),
-    }
-    rows = {"epochs": totals["epochs"], "trajectories": totals["trajectories"]}
+    warn_quarantined(context, lake, [r for r in results if r.changed and r.files_quarantined])
+    for result in results:
+        partition_metadata(context, lake, result)
+    for key in gone:
+        for name in RUN_TABLES:
+            context.add_asset_metadata({"grpo/removed": True}, asset_key=["lake", name], partition_key=key)
     for name in RUN_TABLES:
-        metadata = {f"grpo/{k}": v for k, v in totals.items()}
-        # Dagster copies this metadata onto each selected partition's materialization. A row count and a column
-        # schema are only a partition's own for one run (runs have their own extra columns); for many, the schema
-        # alone was most of the cost of recording them (a few milliseconds a partition and table).
-        if name in rows and len(results) == 1:
-            metadata["dagster/row_count"] = rows[name]
+        metadata = {}
+        # A column schema is only a partition's own for one run (runs have their own extra columns), and Dagster
+        # copies it onto each selected partition's materialization: for many, most of the cost of recording them.
         sample = partition_file(lake, name, results[0].run_id) if len(results) == 1 else None
         if sample is not None and sample.exists():
             metadata["dagster/column_schema"] = column_schema(pl.scan_parquet(sample, glob=False, hive_partitioning=False).collect_schema())
-        yield dg.MaterializeResult(asset_key=["lake", name], metadata=metadata)
+        # One version for every partition of the run (Dagster stores one per output): a run over one partition,
+        # as the sensor launches, gives that partition's own.
+        yield dg.MaterializeResult(asset_key=["lake", name], metadata=metadata,
+                                   data_version=partitions_version(lake, name, selected))
+
+
+def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) -> None:
+    """Each run partition's own numbers, on its own materialization, however many partitions the run covered."""
+    own = {"grpo/changed": result.changed, "grpo/files_parsed": result.files_parsed,
+           "grpo/files_quarantined": result.files_quarantined, "grpo/epochs": result.epochs,
+           "grpo/trajectories": result.trajectories}
+    for name in RUN_TABLES:
+        path = partition_file(lake, name, result.run_id)
+        rows = pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item() \
+            if path.exists() else 0
+        context.add_asset_metadata({**own, "dagster/row_count": rows}, asset_key=["lake", name],
+                                   partition_key=result.run_id)
+
+
+def warn_quarantined(context: dg.AssetExecutionContext, lake: Path, results) -> None:
+    """A warning per run whose newly read files were quarantined, naming them and what is wrong (see ingest_errors)."""
+    for result in results:
+        errors = pl.read_parquet(partition_file(lake, "errors", result.run_id), glob=False, hive_partitioning=False) \
+            .filter(pl.col("severity") == "error")
+        named = "; ".join(f"{row['source_path']}: {row['message']}" for row in errors.head(5).iter_rows(named=True))
+        context.log.warning(f"{result.run_id}: {result.files_quarantined} file(s) quarantined, not loaded: {named}"
+                            + ("; ..." if errors.height > 5 else ""))

@@ -3,6 +3,7 @@
 import dagster as dg
 
 run_partitions = dg.DynamicPartitionsDefinition(name="run_id")
+REFRESHES_TAG = "grpo/refreshes"  # a run's tag saying what it refreshes, in words
 
 
 def all_runs_tags(keys: list[str]) -> dict[str, str]:

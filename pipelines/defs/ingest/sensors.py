@@ -1,40 +1,44 @@
 """A sensor that watches the releases and requests ingest for the runs whose epoch files appeared, changed or went away."""
 
-import base64
 import hashlib
 import json
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
 from pipelines.defs.ingest import assets as ingest_assets
-from pipelines.defs.ingest.partitions import run_partitions
+from pipelines.defs.ingest.partitions import REFRESHES_TAG, run_partitions
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import read_manifest, unchanged_by_stamps
 from pipelines.release.discover import find_run_folders, list_run
 from pipelines.warehouse_db import lake_dir
 
-CURSOR_FORMAT = 2  # 2: a quiet run is kept as {"quiet": true}, without its files
-COMPRESSED = "zlib:"  # prefix of a cursor stored as base64 of zlib-compressed JSON
+CURSOR_FORMAT = 3  # 3: the tick and a digest per run with files still being written; per-file state is the lake's
 # Keys, not the asset objects: a module-level asset here would be loaded a second time from this module.
 RUN_LAKE_KEYS = sorted(ingest_assets.run_lake.keys)
 RELEASE_KEYS = sorted(ingest_assets.release_runs.keys)
 Stat = tuple[int, int]  # (size, mtime_ns)
 
+scan_releases_job = dg.define_asset_job(
+    "scan_releases", selection=dg.AssetSelection.assets(*RELEASE_KEYS),
+    description="Lists the run folders of the releases and resolves their attributes (lake/runs); a run folder that "
+                "went away leaves the lake. Launched by release_files_sensor when run folders appear or go away.",
+)
+ingest_runs_job = dg.define_asset_job(
+    "ingest_runs", selection=dg.AssetSelection.assets(*RUN_LAKE_KEYS),
+    description="Flattens the new, changed or removed epoch files of the selected run partitions into the Parquet "
+                "lake. Launched by release_files_sensor, one run per run folder whose files settled after a change.",
+)
+
 
 @dataclass
-class RunWatch:
-    """What the sensor knows of one run folder between ticks."""
+class LakeHolds:
+    """What the lake holds of one run folder, from its manifest."""
 
-    taken: dict[str, Stat] = field(default_factory=dict)  # files handed to ingest, at the stat they had then
-    pending: dict[str, Stat] = field(default_factory=dict)  # files seen changing, not yet settled
-    others: str = ""  # digest of the run folder's non-epoch entries (they are inventoried too)
-    # Settled from the lake's folder stamps (lake.unchanged_by_stamps), not listed: the lake's manifest stands in
-    # for taken and others when the run is next listed.
-    quiet: bool = False
+    files: dict[str, Stat] = field(default_factory=dict)  # epoch files at the stat they were read at
+    others: str = ""  # digest of the run folder's non-epoch entries ("" when the lake has no manifest of the run)
 
 
 @dataclass
@@ -43,130 +47,105 @@ class ReleaseChanges:
 
     new_runs: list[str]
     gone_runs: list[str]
-    runs_to_ingest: dict[str, list[str]]  # run id -> settled new/changed/removed files, as source paths
+    runs_to_ingest: dict[str, dict[str, Stat | None]]  # run id -> settled new/changed files (and removed: None)
     waiting: dict[str, list[str]]  # run id -> files still being written
-    state: dict[str, RunWatch]
+    unsettled: dict[str, str]  # run id -> digest of the stats of its files still being written (the cursor)
+    quiet_runs: int = 0  # runs not listed: their folders unchanged since the lake last listed them
+    problems: list[str] = field(default_factory=list)
 
 
-def parse_cursor(cursor: str | None) -> tuple[int, dict[str, RunWatch]]:
-    """The tick counter and per-run state kept in the sensor's cursor; an unreadable cursor starts afresh."""
+def parse_cursor(cursor: str | None) -> tuple[int, dict[str, str]]:
+    """The tick counter and the unsettled-file digests kept in the sensor's cursor; an unreadable one starts afresh."""
     try:
-        if cursor and cursor.startswith(COMPRESSED):
-            cursor = zlib.decompress(base64.b64decode(cursor[len(COMPRESSED):])).decode()
         data = json.loads(cursor) if cursor else {}
-    except (ValueError, zlib.error):
+    except ValueError:
         data = {}
-    if data.get("format") != CURSOR_FORMAT:
+    if not isinstance(data, dict) or data.get("format") != CURSOR_FORMAT:
         return 0, {}
-    runs = {
-        run_id: RunWatch(quiet=True) if watch.get("quiet") else RunWatch(
-            {p: tuple(s) for p, s in watch["taken"].items()},
-            {p: tuple(s) for p, s in watch["pending"].items()},
-            watch["others"],
-        )
-        for run_id, watch in data["runs"].items()
-    }
-    return int(data["tick"]), runs
+    return int(data["tick"]), dict(data["unsettled"])
 
 
-def dump_cursor(tick: int, state: dict[str, RunWatch]) -> str:
-    runs = {
-        run_id: {"quiet": True} if w.quiet else {"taken": w.taken, "pending": w.pending, "others": w.others}
-        for run_id, w in sorted(state.items())
-    }
-    text = json.dumps({"format": CURSOR_FORMAT, "tick": tick, "runs": runs}, separators=(",", ":"))
-    # Dagster stores the cursor with every tick; the per-file JSON (~75 bytes a file) shrinks about tenfold.
-    return COMPRESSED + base64.b64encode(zlib.compress(text.encode(), 6)).decode()
+def dump_cursor(tick: int, unsettled: dict[str, str]) -> str:
+    # A few dozen bytes: Dagster stores the cursor with every tick and shows it on the sensor's page.
+    return json.dumps({"format": CURSOR_FORMAT, "tick": tick, "unsettled": dict(sorted(unsettled.items()))},
+                      separators=(",", ":"))
 
 
-def _others_digest(entries) -> str:
-    """A digest of a run folder's non-epoch entries, as (source path, reason) pairs."""
-    return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()[:16]
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _lake_watch(lake: Path, run_id: str) -> RunWatch:
-    """What the lake already holds of a run (from its manifest): its files at the stat they were parsed at, and its
-    non-epoch entries; none ("" for others: not compared) when the lake has no manifest of it."""
+def _lake_holds(lake: Path, run_id: str) -> LakeHolds:
     manifest = read_manifest(lake, run_id)
     if not manifest:
-        return RunWatch()
-    return RunWatch(taken={path: (o["size"], o["mtime_ns"]) for path, o in manifest["files"].items()},
-                    others=_others_digest((s["source_path"], s["reason"]) for s in manifest["skipped"]))
+        return LakeHolds()
+    return LakeHolds(files={path: (o["size"], o["mtime_ns"]) for path, o in manifest["files"].items()},
+                     others=_digest(sorted([s["source_path"], s["reason"]] for s in manifest["skipped"])))
 
 
 def scan_releases(
-    release_roots: list[Path], lake: Path, state: dict[str, RunWatch], now_ns: int, settle_ns: int
+    release_roots: list[Path], lake: Path, known: set[str], unsettled: dict[str, str], now_ns: int, settle_ns: int
 ) -> ReleaseChanges:
-    """Compares the releases' run folders and file stats with the sensor's state; stats files, parses nothing.
+    """Compares the releases' run folders and file stats with what the lake holds; stats files, parses nothing.
 
-    A file is settled, and taken, when its (size, mtime) is the same as on the previous look, or when its
-    mtime is older than settle_ns: a file still being written keeps changing, so it waits. A quiet run the lake
+    A file the lake does not hold at its current (size, mtime) is settled, and handed to ingest, when its mtime is
+    older than settle_ns, or when the run's files still being written have the same stats as on the previous look
+    (unsettled, from the cursor): a file still being written keeps changing, so it waits. A quiet run the lake
     holds, whose folders have not changed since (lake.unchanged_by_stamps), is not listed: at 100x the releases'
-    files are mostly in quiet runs, and a tick would stat every one of them and carry each one's stat in its
-    cursor. As for a build, a file of a quiet run rewritten in place is then found by a full listing only (the
-    nightly refresh).
+    files are mostly in quiet runs. As for a build, a file of a quiet run rewritten in place is then found by a
+    full listing only (the nightly refresh). known: the run partitions Dagster has.
     """
     runs, _, problems = find_run_folders(release_roots)
-    # A release root that is missing for a moment (an unmounted disk) must not look like its runs were deleted.
-    roots_missing = any("does not exist" in p for p in problems)
-    new_state: dict[str, RunWatch] = {}
-    new_runs, to_ingest, waiting = [], {}, {}
+    changes = ReleaseChanges(sorted(set(runs) - known), [], {}, {}, {}, problems=problems)
     for run_id, run in sorted(runs.items()):
-        previous = state.get(run_id)
-        if previous is None:
-            new_runs.append(run_id)
-        if (previous is None or not previous.pending) and unchanged_by_stamps(run, lake) is not None:
-            new_state[run_id] = RunWatch(quiet=True)
+        if run_id not in unsettled and unchanged_by_stamps(run, lake) is not None:
+            changes.quiet_runs += 1
             continue
         listing = list_run(run)
-        if previous is None or previous.quiet:
-            # Files the lake already holds (from an earlier build) are not handed to ingest again.
-            previous = _lake_watch(lake, run_id)
+        held = _lake_holds(lake, run_id)
         current = {f.source_path: (f.size, f.mtime_ns) for f in listing.epoch_files}
-        watch = RunWatch(others=_others_digest((s.source_path, s.reason) for s in listing.skipped))
-        changed: list[str] = []
-        for path, stat in current.items():
-            if previous.taken.get(path) == stat:
-                watch.taken[path] = stat
-            elif previous.pending.get(path) == stat or now_ns - stat[1] >= settle_ns:
-                watch.taken[path] = stat
-                changed.append(path)
-            else:
-                watch.pending[path] = stat
-                if path in previous.taken:  # still ingested at its old stat until the new one settles
-                    watch.taken[path] = previous.taken[path]
-        removed = sorted(set(previous.taken) - set(current))
-        others_changed = previous.others not in ("", watch.others)
-        if changed or removed or others_changed:
-            to_ingest[run_id] = sorted(changed) + removed
-        if watch.pending:
-            waiting[run_id] = sorted(watch.pending)
-        new_state[run_id] = watch
-    gone = sorted(set(state) - set(runs))
-    if roots_missing:
-        new_state.update({run_id: state[run_id] for run_id in gone})
-        gone = []
-    return ReleaseChanges(new_runs, gone, to_ingest, waiting, new_state)
+        changed = {path: stat for path, stat in current.items() if held.files.get(path) != stat}
+        young = {path: stat for path, stat in changed.items() if now_ns - stat[1] < settle_ns}
+        if young and unsettled.get(run_id) != _digest(sorted(young.items())):
+            changes.unsettled[run_id] = _digest(sorted(young.items()))
+            changes.waiting[run_id] = sorted(young)
+            changed = {path: stat for path, stat in changed.items() if path not in young}
+        removed = {path: None for path in held.files if path not in current}
+        others = _digest(sorted([s.source_path, s.reason] for s in listing.skipped))
+        if changed or removed or held.others not in ("", others):
+            changes.runs_to_ingest[run_id] = dict(sorted({**changed, **removed}.items()))
+    # A release root that is missing for a moment (an unmounted disk) must not look like its runs were deleted.
+    if not any("does not exist" in p for p in problems):
+        changes.gone_runs = sorted(known - set(runs))
+    return changes
 
 
 def release_sensor_result(
     changes: ReleaseChanges, tick: int, known_partitions: set[str]
 ) -> tuple[list[dg.RunRequest], list]:
     """The run requests and partition changes for one tick's changes."""
-    runs_now = set(changes.state)
-    add = sorted(runs_now - known_partitions)
+    add = changes.new_runs
     delete = sorted(set(changes.gone_runs) & known_partitions)
-    # A partition new to this Dagster instance is materialized once even if the lake is already up to date
-    # (built by the CLI, say), so that the models downstream do not wait on a partition that looks missing.
-    to_ingest = set(changes.runs_to_ingest) | {run_id for run_id in add if run_id not in changes.waiting}
     requests = []
     if changes.new_runs or changes.gone_runs:
         # The run list (dim_runs) changed; release_runs also clears a vanished run out of the lake.
-        requests.append(dg.RunRequest(run_key=f"release_runs@{tick}", asset_selection=RELEASE_KEYS))
-    for run_id in sorted(to_ingest):
-        requests.append(
-            dg.RunRequest(run_key=f"{run_id}@{tick}", asset_selection=RUN_LAKE_KEYS, partition_key=run_id)
-        )
+        what = ", ".join([f"{len(add)} new run folder(s)"] * bool(add) + [f"{len(delete)} gone"] * bool(delete))
+        requests.append(dg.RunRequest(run_key=f"release_runs@{tick}", job_name=scan_releases_job.name,
+                                      tags={REFRESHES_TAG: f"the run list: {what}"}))
+    for run_id, files in sorted(changes.runs_to_ingest.items()):
+        # Keyed by the files and their stats: until the lake holds them, later ticks find the same files again,
+        # and Dagster launches a run key once.
+        requests.append(dg.RunRequest(
+            run_key=f"{run_id}:{_digest(sorted(files.items()))}", job_name=ingest_runs_job.name,
+            partition_key=run_id, tags={REFRESHES_TAG: f"lake partition {run_id}: {len(files)} new, changed or "
+                                                       f"removed epoch file(s)"}))
+    # A partition new to this Dagster instance is materialized once even if the lake is already up to date
+    # (built by the CLI, say), so that the models downstream do not wait on a partition that looks missing.
+    for run_id in add:
+        if run_id not in changes.runs_to_ingest and run_id not in changes.waiting:
+            requests.append(dg.RunRequest(
+                run_key=f"{run_id}@{tick}", job_name=ingest_runs_job.name, partition_key=run_id,
+                tags={REFRESHES_TAG: f"lake partition {run_id}: new to this Dagster instance"}))
     partition_requests = []
     if add:
         partition_requests.append(run_partitions.build_add_request(add))
@@ -175,22 +154,41 @@ def release_sensor_result(
     return requests, partition_requests
 
 
+def skip_reason(changes: ReleaseChanges, runs: int) -> str:
+    """What a tick that launches nothing saw, in words."""
+    if changes.waiting:
+        files = sum(len(paths) for paths in changes.waiting.values())
+        first_run, paths = next(iter(changes.waiting.items()))
+        return (f"waiting for {files} file(s) still being written to settle ({first_run}: {paths[0]}"
+                + (", ..." if files > 1 else "") + "); they are taken once unchanged for a tick")
+    if not runs:
+        return "no run folder in the releases" + (f": {changes.problems[0]}" if changes.problems else "")
+    return (f"no new, changed or removed epoch file in {runs} run folder(s)"
+            + (f" ({changes.quiet_runs} quiet, not listed)" if changes.quiet_runs else ""))
+
+
 _interval = WarehouseConfig.from_env().sensor_interval_seconds
 
 
 @dg.sensor(
-    target=dg.AssetSelection.assets(*RELEASE_KEYS, *RUN_LAKE_KEYS),
+    jobs=[scan_releases_job, ingest_runs_job],
     minimum_interval_seconds=_interval,
     default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        f"Looks at the release folders every {_interval} s. Adds a run partition per new run folder (scan_releases), "
+        "and launches ingest_runs for a run whose epoch files were added, changed or removed, once they have stopped "
+        "changing: a file still being written waits. Its cursor holds only the tick and a digest per run with files "
+        "still being written; what was ingested is in the lake's manifests."
+    ),
 )
 def release_files_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseConfig) -> dg.SensorResult:
     """Adds a partition per new run folder and ingests the runs whose epoch files settled after a change."""
-    tick, state = parse_cursor(context.cursor)
+    tick, unsettled = parse_cursor(context.cursor)
+    known = set(context.instance.get_dynamic_partitions(run_partitions.name))
     changes = scan_releases(
-        warehouse.release_roots(), lake_dir(warehouse.warehouse), state, time.time_ns(),
+        warehouse.release_roots(), lake_dir(warehouse.warehouse), known, unsettled, time.time_ns(),
         warehouse.settle_seconds * 10**9,
     )
-    known = set(context.instance.get_dynamic_partitions(run_partitions.name))
     requests, partition_requests = release_sensor_result(changes, tick, known)
     for run_id, files in changes.runs_to_ingest.items():
         context.log.info(f"{run_id}: {len(files)} new, changed or removed file(s)")
@@ -198,10 +196,10 @@ def release_files_sensor(context: dg.SensorEvaluationContext, warehouse: Warehou
         context.log.info(f"{run_id}: waiting for {len(files)} file(s) still being written")
     if changes.gone_runs:
         context.log.info(f"run folder(s) gone: {', '.join(changes.gone_runs)}")
-    skip = None if requests or partition_requests else "no new, changed or removed epoch file"
+    runs = len(known | set(changes.new_runs)) - len(changes.gone_runs)
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=partition_requests,
-        cursor=dump_cursor(tick + 1, changes.state),
-        skip_reason=skip,
+        cursor=dump_cursor(tick + 1, changes.unsettled),
+        skip_reason=None if requests or partition_requests else skip_reason(changes, runs),
     )

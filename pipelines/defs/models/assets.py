@@ -3,6 +3,7 @@
 
 import hashlib
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -45,6 +46,7 @@ from pipelines.warehouse_db import (
 DUCKDB_POOL = "duckdb_writer"
 OWNERS = ["team:rl-research"]
 DOMAIN_TAGS = {"domain": "warehouse"}
+PUBLISHED_BY_CRON = "0 5 * * *"  # two hours after the nightly refresh starts
 MODELS = load_models(SQL_DIR, frozenset(LAKE_VIEWS))
 
 
@@ -234,6 +236,10 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
     group_name="exports",
     kinds={"duckdb"},
     pool=DUCKDB_POOL,
+    owners=OWNERS,
+    tags={"domain": "exports"},
+    # The nightly refresh (03:00 UTC) publishes it, or finds it up to date, every night.
+    freshness_policy=dg.FreshnessPolicy.cron(deadline_cron=PUBLISHED_BY_CRON, lower_bound_delta=timedelta(hours=2)),
 )
 def warehouse_duckdb(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """The published warehouse.duckdb: every model's table, swapped in atomically for readers."""
