@@ -56,6 +56,9 @@ class SqlModel:
     incremental_key: str | None = None  # schema.yml's unique_key of an incremental model
     columns: tuple[ModelColumn, ...] = ()  # schema.yml's columns, in the table's order
     unique_combinations: tuple[tuple[str, ...], ...] = ()  # schema.yml's unique_combination_of_columns tests
+    # schema.yml's meta.dagster.columns_from: the tables ("lake.runs", "epoch_copies") whose columns of the same name
+    # it passes through unchanged, for the catalog's column lineage
+    columns_from: tuple[str, ...] = ()
 
     def fingerprint(self, params: dict, upstream: list[str]) -> str:
         return digest(self.sql, FUNCTIONS_SQL, params, sorted(upstream))
@@ -176,7 +179,9 @@ def _declaration(schema: Path, entry: dict) -> dict:
         if not (isinstance(test, dict) and set(test) == {COMBINATION_TEST}):
             raise ModelError(f"{where}: a model's data_tests are {COMBINATION_TEST} only, not {test!r}")
         combinations.append(tuple(test[COMBINATION_TEST]["combination_of_columns"]))
-    return {"incremental_key": key, "columns": tuple(columns), "unique_combinations": tuple(combinations)}
+    columns_from = tuple(((entry.get("meta") or {}).get("dagster") or {}).get("columns_from") or ())
+    return {"incremental_key": key, "columns": tuple(columns), "unique_combinations": tuple(combinations),
+            "columns_from": columns_from}
 
 
 def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:

@@ -1,5 +1,7 @@
 """The code location loads, and its graph has every table of the public contract."""
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -21,6 +23,22 @@ def test_model_dependencies_come_from_the_sql():
     assert dg.AssetKey("fact_epochs") in graph.get(dg.AssetKey("fact_trajectories")).parent_keys
     assert dg.AssetKey(["lake", "trajectories"]) in graph.get(dg.AssetKey("fact_trajectories")).parent_keys
     assert dg.AssetKey(["lake", "runs"]) in graph.get(dg.AssetKey("dim_runs")).parent_keys
+
+
+def test_the_catalog_declares_columns_lineage_owners_and_code_references():
+    graph = defs().resolve_asset_graph()
+    fact_epochs = graph.get(dg.AssetKey("fact_epochs"))
+    columns = {c.name: c for c in fact_epochs.metadata["dagster/column_schema"].columns}
+    assert columns["epoch"].description == "The training epoch (the document's `epoch`)."
+    assert columns["run_id"].constraints.nullable is False
+    lineage = graph.get(dg.AssetKey("dim_runs")).metadata["dagster/column_lineage"].deps_by_column
+    assert lineage["group_size"] == [dg.TableColumnDep(asset_key=dg.AssetKey(["lake", "runs"]), column_name="group_size")]
+    assert "group_index" not in graph.get(dg.AssetKey("fact_trajectories")).metadata["dagster/column_lineage"].deps_by_column
+    references = fact_epochs.metadata["dagster/code_references"].code_references
+    assert [Path(r.file_path).name for r in references] == ["fact_epochs.sql", "schema.yml"]
+    for key in graph.get_all_asset_keys():
+        assert graph.get(key).owners and graph.get(key).tags.get("domain"), key
+    assert graph.get(dg.AssetKey("warehouse_duckdb")).freshness_policy is not None
 
 
 @pytest.mark.parametrize("partitioned", [False, True])

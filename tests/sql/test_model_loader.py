@@ -60,6 +60,7 @@ version: 2
 models:
   - name: scores
     config: {materialized: incremental, incremental_strategy: delete+insert, unique_key: run_id}
+    meta: {dagster: {columns_from: [lake.runs]}}
     data_tests:
       - dbt_utils.unique_combination_of_columns:
           combination_of_columns: [run_id, score]
@@ -77,6 +78,7 @@ models:
     assert [(c.name, c.data_type, c.description, c.tests) for c in model.columns] == [
         ("run_id", "varchar", "The run.", ("unique", "not_null")), ("score", "double", "Its score.", ())]
     assert model.unique_combinations == (("run_id", "score"),)
+    assert model.columns_from == ("lake.runs",)
 
 
 @pytest.mark.parametrize("declaration, refusal", [

@@ -7,8 +7,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from ui_server import (
+    REPO,
+    RUN_A,
+    RUN_B,
+    DagsterUI,
+    free_port,
+    start_chromium,
+    stop_process_group,
+    write_release,
+)
 
-from ui_server import REPO, RUN_A, RUN_B, DagsterUI, free_port, stop_process_group, write_release
+
+def pytest_collection_modifyitems(items):
+    """test_automation last: it starts the sensors, which the other UI tests keep off to launch runs themselves."""
+    items.sort(key=lambda item: item.path.name == "test_automation.py")
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +41,7 @@ def dagster_ui(tmp_path_factory) -> DagsterUI:
         "GRPO_RELEASES": str(release),
         "GRPO_WAREHOUSE_DIR": str(warehouse),
         "GRPO_WORKERS": "1",
+        "GRPO_SENSOR_INTERVAL": "5",  # the release sensor's look, when test_automation starts it
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "VIRTUAL_ENV": sys.prefix,  # dg warns when the active venv is not the one it runs from
     }
@@ -65,3 +79,12 @@ def materialized(dagster_ui) -> dict:
         dagster_ui.add_run_partitions([RUN_A, RUN_B])
         dagster_ui.first_backfill = dagster_ui.assert_succeeded(dagster_ui.materialize_all())
     return dagster_ui.first_backfill
+
+
+@pytest.fixture
+def browser(tmp_path):
+    driver = start_chromium(tmp_path)
+    try:
+        yield driver
+    finally:
+        driver.quit()

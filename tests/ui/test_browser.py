@@ -1,101 +1,39 @@
-"""In headless Chromium: the asset graph shows ingest, models and exports, and "Materialize all" succeeds."""
+"""In headless Chromium: column descriptions before the first materialization, the asset graph's "Materialize all",
+then the quarantined file's check and a partition's own counts on their pages."""
 
-import os
-import shutil
-import tempfile
+import json
 import time
-from pathlib import Path
 
 import duckdb
 import pytest
-
-from ui_server import RUN_A, RUN_B
+from ui_server import BROKEN_FILE, RUN_A, RUN_B, button, screenshot, wait_for
 
 pytestmark = pytest.mark.slow
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_FLAGS = [
-    # As this machine runs Chromium (see .library/env/machines/python.md): no sandbox as root, no GPU, and none
-    # of the background connections that a closed network refuses.
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1600,1000",
-]
-PAGE_TIMEOUT = 90
-REQUIRE_BROWSER = "GRPO_TESTS_REQUIRE_BROWSER"
 
-
-def find_browser() -> tuple[str, str]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        missing = (
-            "headless browser test needs Debian's chromium and chromium-driver "
-            f"(found chromium={chromium}, chromedriver={driver}); `apt-get install -y chromium chromium-driver`"
-        )
-        # CI sets this: there a browser test that does not run is a failure, not a skip.
-        if os.environ.get(REQUIRE_BROWSER):
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return chromium, driver
-
-
-def start_chromium(tmp_path, capabilities: dict | None = None):
-    """Headless Chromium under WebDriver, with a profile of its own in tmp_path and any extra capabilities."""
-    chromium, driver_path = find_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path, prefix='chromium-')}")
-    for name, value in (capabilities or {}).items():
-        options.set_capability(name, value)
-    return webdriver.Chrome(service=Service(driver_path), options=options)
-
-
-@pytest.fixture
-def browser(tmp_path):
-    driver = start_chromium(tmp_path)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def screenshot(driver, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    driver.save_screenshot(str(path))
-    print(f"screenshot: {path}")
-    return path
-
-
-def wait_for(condition, what: str, driver, timeout: float = PAGE_TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.5)
-    screenshot(driver, "timeout")
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
-
-
-def button(driver, scope, text: str):
-    """The visible, enabled button whose label starts with text, or None."""
+def page_text(driver) -> str:
     from selenium.webdriver.common.by import By
 
-    for element in scope.find_elements(By.TAG_NAME, "button"):
-        try:
-            if element.text.strip().startswith(text) and element.is_displayed() and element.is_enabled():
-                return element
-        except Exception:  # the page re-rendered under us; look again
-            return None
-    return None
+    return driver.find_element(By.TAG_NAME, "body").text
 
+
+def open_page(driver, url: str, *texts: str) -> str:
+    """Opens a page and waits until it shows every text; returns the page's text."""
+    driver.get(url)
+    wait_for(lambda: all(text in page_text(driver) for text in texts), f"{url} to show {texts}", driver)
+    time.sleep(1)  # let late sections finish rendering for the screenshot
+    return page_text(driver)
+
+
+def test_column_descriptions_show_before_the_first_materialization(dagster_ui, browser):
+    # Runs first in this session (pytest keeps the file's order): nothing has been materialized yet.
+    if dagster_ui.first_backfill is None:
+        assert dagster_ui.materializations(["fact_epochs"]) == []
+    columns = {c["name"]: c for c in dagster_ui.column_schema(["fact_epochs"])}
+    assert columns["epoch"]["description"] == "The training epoch (the document's `epoch`)."
+    assert columns["n_trajectories"]["type"] == "bigint"
+    open_page(browser, f"{dagster_ui.url}/assets/fact_epochs", "Columns", "Length of the document's trajectory arrays")
+    screenshot(browser, "columns_before_materialization")
 
 def test_materialize_all_in_the_browser(dagster_ui, browser):
     from selenium.webdriver.common.by import By
@@ -130,3 +68,26 @@ def test_materialize_all_in_the_browser(dagster_ui, browser):
         dagster_ui.first_backfill = state  # the webserver tests check the warehouse this click built
     with duckdb.connect(str(dagster_ui.warehouse / "warehouse.duckdb"), read_only=True) as con:
         assert con.execute("select count(distinct run_id) from fact_epochs").fetchone() == (2,)
+
+
+def test_a_quarantined_file_turns_its_check_to_a_warning_naming_it(dagster_ui, materialized, browser):
+    check = dagster_ui.asset_checks(["ingest_errors"])["input_loaded"]
+    assert check["canExecuteIndividually"] == "CAN_EXECUTE"
+    execution = check["executionForLatestMaterialization"]
+    evaluation = execution["evaluation"]
+    assert (execution["status"], evaluation["severity"]) == ("FAILED", "WARN")
+    assert evaluation["description"] == f"1 input file(s) or entries not loaded: {RUN_A}/{BROKEN_FILE}"
+    examples = json.loads(next(e["jsonString"] for e in evaluation["metadataEntries"] if e["label"] == "examples"))
+    assert [(row["source_path"], row["error_kind"]) for row in examples] == [(f"{RUN_A}/{BROKEN_FILE}", "truncated_json")]
+    open_page(browser, f"{dagster_ui.url}/assets/ingest_errors?view=checks", "input_loaded", BROKEN_FILE)
+    screenshot(browser, "quarantined_file_check")
+
+
+def test_a_partition_page_shows_its_own_counts(dagster_ui, materialized, browser):
+    # By hand from the fixture release: run a has 3 loaded epochs of 4 trajectories and 1 quarantined file; run b
+    # 2 epochs of 8. Both were materialized by one run over the two partitions.
+    own = {run: dagster_ui.materializations(["lake", "epochs"], [run])[0]["metadata"] for run in (RUN_A, RUN_B)}
+    assert {run: (m["grpo/epochs"], m["grpo/trajectories"], m["grpo/files_quarantined"], m["dagster/row_count"])
+            for run, m in own.items()} == {RUN_A: (3, 12, 1, 3), RUN_B: (2, 16, 0, 2)}
+    open_page(browser, f"{dagster_ui.url}/assets/lake/epochs?view=partitions&partition={RUN_A}", "grpo/epochs")
+    screenshot(browser, "partition_own_counts")

@@ -8,7 +8,7 @@ import time
 import duckdb
 import pytest
 from oracles import tensorboard_ema
-from test_browser import ARTIFACTS, start_chromium
+from ui_server import ARTIFACTS, start_chromium
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -63,13 +63,183 @@ def write_release(root: Path) -> Path:
     return release
 
 
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM_FLAGS = [
+    # As this machine runs Chromium (see .library/env/machines/python.md): no sandbox as root, no GPU, and none
+    # of the background connections that a closed network refuses.
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--window-size=1600,1000",
+]
+PAGE_TIMEOUT = 90
+REQUIRE_BROWSER = "GRPO_TESTS_REQUIRE_BROWSER"
+
+
+def find_browser() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        missing = (
+            "headless browser test needs Debian's chromium and chromium-driver "
+            f"(found chromium={chromium}, chromedriver={driver}); `apt-get install -y chromium chromium-driver`"
+        )
+        # CI sets this: there a browser test that does not run is a failure, not a skip.
+        if os.environ.get(REQUIRE_BROWSER):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return chromium, driver
+
+
+def start_chromium(tmp_path, capabilities: dict | None = None):
+    """Headless Chromium under WebDriver, with a profile of its own in tmp_path and any extra capabilities."""
+    chromium, driver_path = find_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path, prefix='chromium-')}")
+    for name, value in (capabilities or {}).items():
+        options.set_capability(name, value)
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+def screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def wait_for(condition, what: str, driver, timeout: float = PAGE_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.5)
+    screenshot(driver, "timeout")
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def button(driver, scope, text: str):
+    """The visible, enabled button whose label starts with text, or None."""
+    from selenium.webdriver.common.by import By
+
+    for element in scope.find_elements(By.TAG_NAME, "button"):
+        try:
+            if element.text.strip().startswith(text) and element.is_displayed() and element.is_enabled():
+                return element
+        except Exception:  # the page re-rendered under us; look again
+            return None
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-class DagsterUI:
+AUTOMATION_SENSOR = "models_and_exports_automation"
+RELEASE_SENSOR = "release_files_sensor"
+RUN_FIELDS = "runId jobName status creationTime tags { key value }"
+
+
+class DagsterQueries:
+    """The GraphQL reads and launches of the catalog, sensor and run pages (mixed into DagsterUI)."""
+
+    def sensor_selector(self, name: str) -> dict:
+        return {**self.repository_selector(), "sensorName": name}
+
+    def start_sensor(self, name: str) -> None:
+        result = self.graphql(
+            """mutation($selector: SensorSelector!) { startSensor(sensorSelector: $selector) {
+                 __typename ... on PythonError { message } ... on UnauthorizedError { message } } }""",
+            selector=self.sensor_selector(name),
+        )["startSensor"]
+        assert result["__typename"] == "Sensor", result
+
+    def sensor(self, name: str) -> dict:
+        """The sensor's description, status, cursor and latest ticks (newest first)."""
+        return self.graphql(
+            """query($selector: SensorSelector!) { sensorOrError(sensorSelector: $selector) { ... on Sensor {
+                 description sensorState { status typeSpecificData { ... on SensorData { lastCursor } }
+                   ticks(limit: 10) { timestamp status skipReason runIds } } } } }""",
+            selector=self.sensor_selector(name),
+        )["sensorOrError"]
+
+    def runs(self, tags: dict | None = None) -> list[dict]:
+        """Runs, newest first, with the given tags."""
+        run_filter = {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}
+        return self.graphql(
+            f"""query($filter: RunsFilter) {{ runsOrError(filter: $filter, limit: 100) {{
+                 ... on Runs {{ results {{ {RUN_FIELDS} }} }} }} }}""",
+            filter=run_filter,
+        )["runsOrError"]["results"]
+
+    def wait_for_runs(self, what: str, select, timeout: float = MATERIALIZE_TIMEOUT) -> list[dict]:
+        """Waits until select(runs) is a non-empty list of runs that have all finished; returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            chosen = select(self.runs())
+            if chosen and all(run["status"] in ("SUCCESS", "FAILURE", "CANCELED") for run in chosen):
+                return chosen
+            time.sleep(2)
+        pytest.fail(f"timed out after {timeout} s waiting for {what}\n{self.log_tail()}")
+
+    def launch_assets(self, paths: list[list[str]]) -> str:
+        """Launches a run materializing the given unpartitioned assets, as an asset page's Materialize button does."""
+        result = self.graphql(
+            """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+                 __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+                 ... on InvalidSubsetError { message } ... on RunConfigValidationInvalid { errors { message } } } }""",
+            params={"selector": {**self.repository_selector(), "jobName": "__ASSET_JOB",
+                                 "assetSelection": [{"path": path} for path in paths]},
+                    "mode": "default", "executionMetadata": {"tags": [{"key": "dagster/from_ui", "value": "true"}]}},
+        )["launchRun"]
+        assert result["__typename"] == "LaunchRunSuccess", result
+        return result["run"]["runId"]
+
+    def asset_checks(self, path: list[str]) -> dict[str, dict]:
+        """Each check of an asset: whether it runs on its own, and its latest evaluation."""
+        node = self.graphql(
+            """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode {
+                 assetChecksOrError { ... on AssetChecks { checks { name canExecuteIndividually
+                   executionForLatestMaterialization { status evaluation { severity description
+                     metadataEntries { label ... on JsonMetadataEntry { jsonString } } } } } } } } } }""",
+            key={"path": path},
+        )["assetNodeOrError"]
+        return {check["name"]: check for check in node["assetChecksOrError"]["checks"]}
+
+    def materializations(self, path: list[str], partitions: list[str] | None = None) -> list[dict]:
+        """An asset's materializations (of the given partitions), newest first, with their int and text metadata."""
+        asset = self.graphql(
+            """query($key: AssetKeyInput!, $partitions: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
+                 assetMaterializations(partitions: $partitions, limit: 20) { runId partition timestamp
+                   metadataEntries { label ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } }
+                 } } } }""",
+            key={"path": path}, partitions=partitions,
+        )["assetOrError"]
+        return [{**m, "metadata": {e["label"]: e.get("intValue", e.get("text")) for e in m["metadataEntries"]}}
+                for m in asset.get("assetMaterializations") or []]
+
+    def column_schema(self, path: list[str]) -> list[dict]:
+        """The column schema an asset's definition declares (shown before any materialization)."""
+        node = self.graphql(
+            """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode {
+                 metadataEntries { label ... on TableSchemaMetadataEntry { schema { columns {
+                   name type description } } } } } } }""",
+            key={"path": path},
+        )["assetNodeOrError"]
+        entry = next(e for e in node["metadataEntries"] if e["label"] == "dagster/column_schema")
+        return entry["schema"]["columns"]
+
+
+class DagsterUI(DagsterQueries):
     """A running `dg dev` and the GraphQL calls the UI makes."""
 
     def __init__(self, url: str, process: subprocess.Popen, log: Path, warehouse: Path, release: Path):
@@ -79,6 +249,7 @@ class DagsterUI:
         self.warehouse = warehouse
         self.release = release
         self.first_backfill: dict | None = None  # the session's first successful "Materialize all"
+        self.sensor_runs: dict | None = None  # test_automation's ingest and automation runs, once the sensors ran
 
     def graphql(self, query: str, **variables) -> dict:
         request = urllib.request.Request(
@@ -244,3 +415,4 @@ def stop_process_group(process: subprocess.Popen, grace: float = 5.0) -> None:
                 return
             process.poll()  # reap the leader so it does not linger as a zombie of the group
             time.sleep(0.2)
+

@@ -168,10 +168,13 @@ def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) ->
     own = {"grpo/changed": result.changed, "grpo/files_parsed": result.files_parsed,
            "grpo/files_quarantined": result.files_quarantined, "grpo/epochs": result.epochs,
            "grpo/trajectories": result.trajectories}
+    counted = {"epochs": result.epochs, "trajectories": result.trajectories}
     for name in RUN_TABLES:
         path = partition_file(lake, name, result.run_id)
-        rows = pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item() \
-            if path.exists() else 0
+        rows = counted.get(name)
+        if rows is None:  # from the Parquet footer, nothing read
+            rows = pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item() \
+                if path.exists() else 0
         context.add_asset_metadata({**own, "dagster/row_count": rows}, asset_key=["lake", name],
                                    partition_key=result.run_id)
 
@@ -179,8 +182,7 @@ def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) ->
 def warn_quarantined(context: dg.AssetExecutionContext, lake: Path, results) -> None:
     """A warning per run whose newly read files were quarantined, naming them and what is wrong (see ingest_errors)."""
     for result in results:
-        errors = pl.read_parquet(partition_file(lake, "errors", result.run_id), glob=False, hive_partitioning=False) \
-            .filter(pl.col("severity") == "error")
+        errors = read_parquet(partition_file(lake, "errors", result.run_id)).filter(pl.col("severity") == "error")
         named = "; ".join(f"{row['source_path']}: {row['message']}" for row in errors.head(5).iter_rows(named=True))
         context.log.warning(f"{result.run_id}: {result.files_quarantined} file(s) quarantined, not loaded: {named}"
                             + ("; ..." if errors.height > 5 else ""))

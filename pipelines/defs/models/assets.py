@@ -12,6 +12,7 @@ from pipelines.defs.models.checks import check_specs, declared_checks, evaluate_
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES
 from pipelines.models import (
+    LAKE_SCHEMA,
     SCHEMA_FILE,
     SQL_DIR,
     SqlModel,
@@ -173,6 +174,22 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str
         return fingerprint, done, table_metadata(con, model)
 
 
+def column_lineage(model: SqlModel) -> dg.TableColumnLineage:
+    """Each column the model passes through unchanged from a table it reads (schema.yml's meta.dagster.columns_from),
+    by name."""
+    deps: dict[str, list[dg.TableColumnDep]] = {}
+    for source in model.columns_from:
+        schema, _, table = source.rpartition(".")
+        if schema == LAKE_SCHEMA:
+            key, names = dg.AssetKey([LAKE_SCHEMA, table]), set(LAKE_VIEWS[table][1])
+        else:
+            key, names = dg.AssetKey(table), {column.name for column in MODELS[table].columns}
+        for column in model.columns:
+            if column.name in names:
+                deps.setdefault(column.name, []).append(dg.TableColumnDep(asset_key=key, column_name=column.name))
+    return dg.TableColumnLineage(deps_by_column=deps)
+
+
 def code_references(model: SqlModel) -> dg.CodeReferencesMetadataValue:
     """The model's SQL file and the schema.yml declaring its columns and tests, as the UI's code links."""
     files = [(model.path, "SQL"), (model.path.parent / SCHEMA_FILE, "columns and data tests")]
@@ -203,6 +220,7 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
             "dagster/table_name": model.name,
             "dagster/code_references": code_references(model),
             **({"incremental_key": model.incremental_key} if model.incremental_key else {}),
+            **({"dagster/column_lineage": column_lineage(model)} if model.columns_from else {}),
         },
     )
 
