@@ -1,5 +1,6 @@
-"""Incremental models (`materialized: incremental` on `unique_key: run_id` in their schema.yml): after a change to some runs only their rows are
-computed again, and every table then holds what a build from scratch of the same release holds."""
+"""Incremental models (`materialized: incremental` on `unique_key: run_id` in their schema.yml): after a change to
+some runs only their rows are computed again, and every table then holds what a build from scratch of the same
+release holds."""
 
 import json
 import re
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import epoch_document, touch_later, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import epoch_document, touch_later, write_epoch_file
 from pipelines.defs.models.assets import MODELS, refresh_model
 from pipelines.defs.resources import ENV_REGISTRY, WarehouseConfig
 from pipelines.models import ModelError, load_models, run_model, run_model_rows

@@ -2,7 +2,6 @@
 files quarantined, and data versions that change only when a partition's files are rewritten."""
 
 import dagster as dg
-
 from conftest import epoch_document
 
 from pipelines.defs.ingest.assets import run_lake

@@ -1,8 +1,8 @@
 """Each model's schema.yml against the table the model builds: every column described, with its type, and its
 declared data tests passing on a clean build and failing on rows that break them."""
 
-import duckdb
 import dagster as dg
+import duckdb
 import pytest
 
 from pipelines.defs.models.assets import MODELS
@@ -14,6 +14,7 @@ from pipelines.defs.resources import WarehouseConfig
 def clean_build(tmp_path_factory) -> WarehouseConfig:
     """Two runs of documented keys only (no extras), in both layouts; built once for the module's tests."""
     from conftest import write_epoch_file
+
     from pipelines.cli import main
 
     root = tmp_path_factory.mktemp("schema")

@@ -5,8 +5,8 @@ import os
 
 import dagster as dg
 import pytest
-
 from conftest import epoch_document
+
 import pipelines.defs.ingest.sensors
 from pipelines.defs.ingest.sensors import (
     dump_cursor,
@@ -200,7 +200,8 @@ def test_a_quiet_run_is_not_listed(ticker, quiet_run):
     result = ticker()
     assert result.run_requests == [] and listed == []
     assert ticker.partitions() == ["run_a"]  # still known: not a run that went away
-    assert result.skip_reason.skip_message == "no new, changed or removed epoch file in 1 run folder(s) (1 quiet, not listed)"
+    assert result.skip_reason.skip_message == (
+        "no new, changed or removed epoch file in 1 run folder(s) (1 quiet, not listed)")
 
     result = ticker()  # and stays so
     assert result.run_requests == [] and listed == []

@@ -142,7 +142,8 @@ def test_unloaded_input_warns_naming_the_quarantined_files_and_ignores_warnings(
     create_ingest_errors(con, [loaded_with_warning])
     assert checks.unloaded_input(con).passed
     con.executemany("insert into ingest_errors values (?, ?, ?, ?, ?, ?, ?)", [
-        ("run_b/epoch_003_results.json", "run_b", 3, "bad_json", "truncated at byte 40", "error", "quarantined: not loaded"),
+        ("run_b/epoch_003_results.json", "run_b", 3, "bad_json", "truncated at byte 40", "error",
+         "quarantined: not loaded"),
         (None, None, None, "release_problem", "release /gone does not exist", "error", "skipped"),
     ])
     result = checks.unloaded_input(con)

@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-
 from ui_server import AUTOMATION_SENSOR, RELEASE_SENSOR, RUN_B, epoch_document, screenshot, wait_for
 
 pytestmark = pytest.mark.slow

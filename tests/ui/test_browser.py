@@ -78,7 +78,8 @@ def test_a_quarantined_file_turns_its_check_to_a_warning_naming_it(dagster_ui, m
     assert (execution["status"], evaluation["severity"]) == ("FAILED", "WARN")
     assert evaluation["description"] == f"1 input file(s) or entries not loaded: {RUN_A}/{BROKEN_FILE}"
     examples = json.loads(next(e["jsonString"] for e in evaluation["metadataEntries"] if e["label"] == "examples"))
-    assert [(row["source_path"], row["error_kind"]) for row in examples] == [(f"{RUN_A}/{BROKEN_FILE}", "truncated_json")]
+    assert [(row["source_path"], row["error_kind"]) for row in examples] == [
+        (f"{RUN_A}/{BROKEN_FILE}", "truncated_json")]
     open_page(browser, f"{dagster_ui.url}/assets/ingest_errors?view=checks", "input_loaded", BROKEN_FILE)
     screenshot(browser, "quarantined_file_check")
 

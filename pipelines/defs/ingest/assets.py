@@ -11,7 +11,14 @@ import polars as pl
 from pipelines.defs.ingest.partitions import run_partitions
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import (
-    ERROR_COLUMNS, FILE_COLUMNS, gone_runs, ingest_runs, partition_file, read_parquet, remove_run, write_atomically,
+    ERROR_COLUMNS,
+    FILE_COLUMNS,
+    gone_runs,
+    ingest_runs,
+    partition_file,
+    read_parquet,
+    remove_run,
+    write_atomically,
 )
 from pipelines.release.discover import find_run_folders
 from pipelines.release.registry import build_dim_runs
@@ -156,7 +163,8 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         # copies it onto each selected partition's materialization: for many, most of the cost of recording them.
         sample = partition_file(lake, name, results[0].run_id) if len(results) == 1 else None
         if sample is not None and sample.exists():
-            metadata["dagster/column_schema"] = column_schema(pl.scan_parquet(sample, glob=False, hive_partitioning=False).collect_schema())
+            schema = pl.scan_parquet(sample, glob=False, hive_partitioning=False).collect_schema()
+            metadata["dagster/column_schema"] = column_schema(schema)
         # One version for every partition of the run (Dagster stores one per output): a run over one partition,
         # as the sensor launches, gives that partition's own.
         yield dg.MaterializeResult(asset_key=["lake", name], metadata=metadata,

@@ -1,4 +1,4 @@
-"""A sensor that watches the releases and requests ingest for the runs whose epoch files appeared, changed or went away."""
+"""A sensor that watches the releases and ingests the runs whose epoch files appeared, changed or went away."""
 
 import hashlib
 import json

@@ -4,7 +4,6 @@
 import hashlib
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 import dagster as dg
 
@@ -24,7 +23,6 @@ from pipelines.models import (
     run_model,
     run_model_rows,
     set_parameters,
-    sql_string,
 )
 from pipelines.warehouse_db import (
     BOOKKEEPING,
@@ -181,7 +179,7 @@ def column_lineage(model: SqlModel) -> dg.TableColumnLineage:
     for source in model.columns_from:
         schema, _, table = source.rpartition(".")
         if schema == LAKE_SCHEMA:
-            key, names = dg.AssetKey([LAKE_SCHEMA, table]), set(LAKE_VIEWS[table][1])
+            key, names = dg.AssetKey([LAKE_SCHEMA, table]), set(LAKE_VIEWS[table])
         else:
             key, names = dg.AssetKey(table), {column.name for column in MODELS[table].columns}
         for column in model.columns:

@@ -192,8 +192,8 @@ def unloaded_input(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
         " where severity = 'error' order by run_id nulls first, source_path",
     )
     # The files themselves in the check's one-line summary, which the UI shows beside its status.
-    named = ", ".join(str(row["source_path"] or row["message"]) for row in examples[:3]) + (", ..." if total > 3 else "")
-    what = "input file(s) or entries not loaded" + (f": {named}" if total else "")
+    named = ", ".join(str(row["source_path"] or row["message"]) for row in examples[:3])
+    what = "input file(s) or entries not loaded" + (f": {named}" + (", ..." if total > 3 else "") if total else "")
     return _result(total, examples, dg.AssetCheckSeverity.WARN, what)
 
 
