@@ -1,4 +1,5 @@
-"""The code location: loads every asset, check, job, sensor and schedule under defs/, and sets automation once."""
+"""The code location: loads every asset, check, job, sensor and schedule under defs/, and sets automation, owners
+and domains once."""
 
 import warnings
 from pathlib import Path
@@ -20,10 +21,16 @@ ANY_DEPS_CHANGED = dg.AutomationCondition.any_deps_match(
 ON_CHANGE = dg.AutomationCondition.eager().replace("any_deps_updated", ANY_DEPS_CHANGED)
 
 
-def _automate(spec: dg.AssetSpec) -> dg.AssetSpec:
+# Who answers for the data, and which domain of it an asset belongs to, by group: the catalog filters on both.
+OWNERS = ["team:rl-research"]
+DOMAINS = {"ingest": "lake", "models": "warehouse", "exports": "exports"}
+
+
+def _apply_policies(spec: dg.AssetSpec) -> dg.AssetSpec:
     if spec.group_name in AUTOMATED_GROUPS and spec.automation_condition is None:
-        return spec.replace_attributes(automation_condition=ON_CHANGE)
-    return spec
+        spec = spec.replace_attributes(automation_condition=ON_CHANGE)
+    return spec.merge_attributes(owners=[] if spec.owners else OWNERS,
+                                 tags={"domain": DOMAINS[spec.group_name]} if spec.group_name in DOMAINS else {})
 
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
@@ -43,7 +50,7 @@ def defs() -> dg.Definitions:
     # map_asset_specs is the documented way to apply one policy to every asset; it is marked preview in 1.13.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.PreviewWarning)
-        automated = loaded.map_asset_specs(func=_automate)
+        automated = loaded.map_asset_specs(func=_apply_policies)
     # Every run executes its steps in one process: the model steps take turns anyway (pool "duckdb_writer",
     # one slot) and ingest spreads over cores itself, so a process per step only added its start-up (seconds per
     # step, a minute per "Materialize all" of the ~25 steps) without any parallelism to show for it.

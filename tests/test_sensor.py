@@ -255,12 +255,12 @@ def test_a_rewrite_of_the_same_size_with_a_new_mtime_is_taken(tmp_path, ticker, 
     result = ticker()
     assert ingested_runs(result) == ["run_a"]
     assert ticker.ingest(result)["run_a"].files_parsed == 1
-    # A sensor starting afresh compares with the lake's manifest instead of its cursor: the same holds.
+    # A sensor starting afresh (no cursor) compares with the lake's manifest too: the same holds.
     write_epoch(run, 0, epoch_document(0, loss=0.9))
     set_mtime(path, OLD + 120)
-    fresh = scan_releases([tmp_path / "release"], lake_dir(tmp_path / "wh"), {}, now_ns=(OLD + 200) * 10**9,
-                          settle_ns=SETTLE_NS)
-    assert fresh.runs_to_ingest == {"run_a": ["run_a/epoch_000_results.json"]}
+    fresh = scan_releases([tmp_path / "release"], lake_dir(tmp_path / "wh"), {"run_a"}, {},
+                          now_ns=(OLD + 200) * 10**9, settle_ns=SETTLE_NS)
+    assert list(fresh.runs_to_ingest["run_a"]) == ["run_a/epoch_000_results.json"]
 
 
 def test_a_missing_release_root_does_not_look_like_deleted_runs(tmp_path, write_epoch):

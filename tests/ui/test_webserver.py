@@ -4,7 +4,6 @@ import json
 
 import duckdb
 import pytest
-
 from ui_server import BROKEN_FILE, RUN_A, RUN_B, epoch_document
 
 pytestmark = pytest.mark.slow

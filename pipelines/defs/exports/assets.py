@@ -32,8 +32,7 @@ from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, 
 from pipelines.warehouse_db import build_dir, model_fingerprints, open_build_db
 
 GROUP = "exports"
-OWNERS = ["team:rl-research"]
-DOMAIN_TAGS = {"domain": "exports"}
+
 FIGURES = "figures"
 # Each exported table, in an order that makes its files byte-stable from one build to the next.
 EXPORTED_TABLES = {
@@ -182,8 +181,6 @@ def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, 
     deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
     kinds={"matplotlib", "png", "svg"},
-    owners=OWNERS,
-    tags=DOMAIN_TAGS,
 )
 def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """One figure per ablation (PNG and SVG): reward curves, zero-variance groups and entropy of its runs."""
@@ -235,8 +232,6 @@ def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rew
     deps=[dg.AssetKey(name) for name in EXPORTED_TABLES],
     group_name=GROUP,
     kinds={"csv", "parquet"},
-    owners=OWNERS,
-    tags=DOMAIN_TAGS,
 )
 def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """CSV and Parquet copies of run_summary, ablation_contrasts, snapshots and epoch_metrics."""
@@ -274,8 +269,6 @@ def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
     deps=[dg.AssetKey(name) for name in REPORT_INPUTS] + [ablation_figures.key],
     group_name=GROUP,
     kinds={"markdown"},
-    owners=OWNERS,
-    tags=DOMAIN_TAGS,
 )
 def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """report.md: per ablation, the winner at the compute-matched horizon, runs, contrasts, snapshots to call."""

@@ -38,10 +38,6 @@ RELEASE_TABLES = {
 }
 
 
-OWNERS = ["team:rl-research"]
-DOMAIN_TAGS = {"domain": "lake"}
-
-
 def column_schema(schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()])
 
@@ -65,8 +61,7 @@ def partitions_version(lake: Path, table: str, run_ids: list[str]) -> dg.DataVer
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(["lake", name], description=text, kinds={"parquet"}, group_name="ingest", owners=OWNERS,
-                     tags=DOMAIN_TAGS)
+        dg.AssetSpec(["lake", name], description=text, kinds={"parquet"}, group_name="ingest")
         for name, text in RELEASE_TABLES.items()
     ],
 )
@@ -107,8 +102,7 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest", owners=OWNERS,
-                     tags=DOMAIN_TAGS)
+        dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest")
         for name, text in RUN_TABLES.items()
     ],
     partitions_def=run_partitions,

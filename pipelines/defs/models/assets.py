@@ -43,8 +43,6 @@ from pipelines.warehouse_db import (
 )
 
 DUCKDB_POOL = "duckdb_writer"
-OWNERS = ["team:rl-research"]
-DOMAIN_TAGS = {"domain": "warehouse"}
 PUBLISHED_BY_CRON = "0 5 * * *"  # two hours after the nightly refresh starts
 MODELS = load_models(SQL_DIR, frozenset(LAKE_VIEWS))
 
@@ -209,8 +207,7 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
         description=model.description or None,
         group_name="models",
         kinds={"duckdb", "sql"},
-        tags={"layer": model.layer, **DOMAIN_TAGS},
-        owners=OWNERS,
+        tags={"layer": model.layer},
         code_version=hashlib.sha256(model.sql.encode()).hexdigest()[:12],
         metadata={
             "sql_file": str(model.path.relative_to(SQL_DIR.parent)),
@@ -252,8 +249,6 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
     group_name="exports",
     kinds={"duckdb"},
     pool=DUCKDB_POOL,
-    owners=OWNERS,
-    tags={"domain": "exports"},
     # The nightly refresh (03:00 UTC) publishes it, or finds it up to date, every night.
     freshness_policy=dg.FreshnessPolicy.cron(deadline_cron=PUBLISHED_BY_CRON, lower_bound_delta=timedelta(hours=2)),
 )
