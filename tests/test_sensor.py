@@ -12,6 +12,7 @@ from pipelines.defs.ingest.sensors import (
     dump_cursor,
     parse_cursor,
     release_files_sensor,
+    release_sensor_result,
     scan_releases,
 )
 from pipelines.defs.resources import WarehouseConfig
@@ -309,12 +310,13 @@ def test_runs_are_named_jobs_tagged_with_what_they_refresh_and_not_launched_twic
     assert (scan.job_name, scan.tags["grpo/refreshes"]) == ("scan_releases", "the run list: 1 new run folder(s)")
     assert (ingest.job_name, ingest.partition_key) == ("ingest_runs", "run_a")
     assert ingest.tags["grpo/refreshes"] == "lake partition run_a: 1 new, changed or removed epoch file(s)"
-    # Not ingested yet (the run is still queued): the next tick asks again under the same run key, which Dagster
-    # launches once.
-    [again] = ticker().run_requests
-    assert again.run_key == ingest.run_key
-    set_mtime(write_epoch(release / "run_a", 1), OLD)
-    assert ticker().run_requests[0].run_key != ingest.run_key
+    # Not ingested yet: while its run is queued or running, a later tick asks for nothing more; once it is over and
+    # the lake still lacks the files (the run failed), it asks again.
+    changes = scan_releases([release], lake_dir(ticker.config.warehouse), {"run_a"}, {},
+                            now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    assert release_sensor_result(changes, 1, {"run_a"}, frozenset({"run_a"})) == ([], [])
+    [again], _ = release_sensor_result(changes, 1, {"run_a"})
+    assert (again.partition_key, again.run_key) == ("run_a", "run_a@1")
 
 
 def test_the_sensor_and_schedule_run_by_default():

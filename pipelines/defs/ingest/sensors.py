@@ -20,6 +20,9 @@ CURSOR_FORMAT = 3  # 3: the tick and a digest per run with files still being wri
 RUN_LAKE_KEYS = sorted(ingest_assets.run_lake.keys)
 RELEASE_KEYS = sorted(ingest_assets.release_runs.keys)
 Stat = tuple[int, int]  # (size, mtime_ns)
+PARTITION_TAG = "dagster/partition"
+IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,
+             dg.DagsterRunStatus.STARTED]
 
 scan_releases_job = dg.define_asset_job(
     "scan_releases", selection=dg.AssetSelection.assets(*RELEASE_KEYS),
@@ -121,9 +124,10 @@ def scan_releases(
 
 
 def release_sensor_result(
-    changes: ReleaseChanges, tick: int, known_partitions: set[str]
+    changes: ReleaseChanges, tick: int, known_partitions: set[str], ingesting: frozenset[str] = frozenset()
 ) -> tuple[list[dg.RunRequest], list]:
-    """The run requests and partition changes for one tick's changes."""
+    """The run requests and partition changes for one tick's changes; none for a run partition whose ingest run is
+    queued or running (ingesting): until it is done, the lake does not hold the files this tick found again."""
     add = changes.new_runs
     delete = sorted(set(changes.gone_runs) & known_partitions)
     requests = []
@@ -133,16 +137,16 @@ def release_sensor_result(
         requests.append(dg.RunRequest(run_key=f"release_runs@{tick}", job_name=scan_releases_job.name,
                                       tags={REFRESHES_TAG: f"the run list: {what}"}))
     for run_id, files in sorted(changes.runs_to_ingest.items()):
-        # Keyed by the files and their stats: until the lake holds them, later ticks find the same files again,
-        # and Dagster launches a run key once.
+        if run_id in ingesting:
+            continue
         requests.append(dg.RunRequest(
-            run_key=f"{run_id}:{_digest(sorted(files.items()))}", job_name=ingest_runs_job.name,
+            run_key=f"{run_id}@{tick}", job_name=ingest_runs_job.name,
             partition_key=run_id, tags={REFRESHES_TAG: f"lake partition {run_id}: {len(files)} new, changed or "
                                                        f"removed epoch file(s)"}))
     # A partition new to this Dagster instance is materialized once even if the lake is already up to date
     # (built by the CLI, say), so that the models downstream do not wait on a partition that looks missing.
     for run_id in add:
-        if run_id not in changes.runs_to_ingest and run_id not in changes.waiting:
+        if run_id not in changes.runs_to_ingest and run_id not in changes.waiting and run_id not in ingesting:
             requests.append(dg.RunRequest(
                 run_key=f"{run_id}@{tick}", job_name=ingest_runs_job.name, partition_key=run_id,
                 tags={REFRESHES_TAG: f"lake partition {run_id}: new to this Dagster instance"}))
@@ -152,6 +156,12 @@ def release_sensor_result(
     if delete:
         partition_requests.append(run_partitions.build_delete_request(delete))
     return requests, partition_requests
+
+
+def ingesting_partitions(instance: dg.DagsterInstance) -> frozenset[str]:
+    """The run partitions with an ingest_runs run queued or running."""
+    runs = instance.get_runs(dg.RunsFilter(job_name=ingest_runs_job.name, statuses=IN_FLIGHT))
+    return frozenset(run.tags[PARTITION_TAG] for run in runs if PARTITION_TAG in run.tags)
 
 
 def skip_reason(changes: ReleaseChanges, runs: int) -> str:
@@ -189,7 +199,7 @@ def release_files_sensor(context: dg.SensorEvaluationContext, warehouse: Warehou
         warehouse.release_roots(), lake_dir(warehouse.warehouse), known, unsettled, time.time_ns(),
         warehouse.settle_seconds * 10**9,
     )
-    requests, partition_requests = release_sensor_result(changes, tick, known)
+    requests, partition_requests = release_sensor_result(changes, tick, known, ingesting_partitions(context.instance))
     for run_id, files in changes.runs_to_ingest.items():
         context.log.info(f"{run_id}: {len(files)} new, changed or removed file(s)")
     for run_id, files in changes.waiting.items():
