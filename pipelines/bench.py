@@ -201,7 +201,7 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
     import dagster as dg
 
     from pipelines import lake
-    from pipelines.build import BuildError, build_warehouse
+    from pipelines.build import BuildError, build_warehouse, configure
 
     captured = []
     execute = dg.JobDefinition.execute_in_process
@@ -226,7 +226,7 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
     lake.select_runs = timed_check
     started = time.perf_counter()
     try:
-        build_warehouse(Path(warehouse), releases, workers=workers)
+        build_warehouse(configure(releases, workers=workers, warehouse=str(warehouse)))
         status = 0
     except BuildError as exc:
         print(f"grpo-warehouse build: {exc}", file=sys.stderr)
@@ -351,7 +351,7 @@ def _step_environment() -> dict[str, str]:
     """The steps' environment. The releases measured were written minutes ago, and a run counts as quiet (settled
     from its folder stamps) an hour after its last write: unless GRPO_QUIET_SECONDS is set, the steps take runs as
     quiet at once, so the rebuild figures are those of a release left alone for longer, as a published one is."""
-    from pipelines.lake import ENV_QUIET_SECONDS
+    from pipelines.settings import ENV_QUIET_SECONDS
 
     return {ENV_QUIET_SECONDS: "0", **os.environ}
 

@@ -9,36 +9,40 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipelines.settings import ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS, published_path
+from pipelines.settings import ConfigError, published_path
 
 
 class BuildError(Exception):
     """A reason the build could not be made, printed on one line."""
 
 
-def build_warehouse(warehouse: Path, releases: list[str], registry: str | None = None, workers: int = 0,
-                    full_scan: bool = False, wait: float = 600) -> list[str]:
-    """Builds the warehouse of the releases (none: the bundled sample), waiting up to `wait` seconds for another
-    build of the same warehouse to finish; returns what loaded nothing or far too little (see print_summary)."""
+def configure(releases: list[str], registry: str | None = None, workers: int | None = None,
+              warehouse: str | None = None, remove_releases: list[str] | None = None):
+    """The one configuration of a build: the given values (None: not given), the environment for the rest, every
+    value checked before any work starts (BuildError naming the first bad one)."""
+    from pipelines.defs.resources import WarehouseConfig
+
+    if workers is not None and workers < 0:
+        raise BuildError(f"--workers must be 0 (one per core) or more, not {workers}")
+    try:
+        config = WarehouseConfig.from_env(
+            releases=[str(Path(r).absolute()) for r in releases] or None,
+            registries=[str(Path(registry).absolute())] if registry else None,
+            warehouse_dir=str(Path(warehouse).absolute()) if warehouse else None,
+            workers=workers, remove_releases=remove_releases or None,
+        )
+        config.check_paths()
+    except ConfigError as exc:
+        raise BuildError(str(exc)) from None
+    return config
+
+
+def build_warehouse(config, full_scan: bool = False, wait: float = 600) -> list[str]:
+    """Builds the warehouse a configuration (configure) names, waiting up to `wait` seconds for another build of the
+    same warehouse to finish; returns what loaded nothing or far too little (see print_summary)."""
     from filelock import FileLock, Timeout
 
-    for release in releases:
-        if not Path(release).is_dir():
-            raise BuildError(f"release folder {release} does not exist or is not a folder")
-    if registry and not Path(registry).is_file():
-        raise BuildError(f"registry file {registry} does not exist")
-    # The code location reads its configuration from the environment, as it does under `dg dev`.
-    os.environ[ENV_WAREHOUSE] = str(Path(warehouse).absolute())
-    if releases:
-        os.environ[ENV_RELEASES] = os.pathsep.join(str(Path(r).absolute()) for r in releases)
-    else:
-        os.environ.pop(ENV_RELEASES, None)
-    if registry:
-        os.environ[ENV_REGISTRY] = str(Path(registry).absolute())
-    if workers:
-        os.environ[ENV_WORKERS] = str(workers)
-
-    warehouse = Path(warehouse).absolute()
+    warehouse = config.warehouse
     warehouse.mkdir(parents=True, exist_ok=True)
     lock = FileLock(warehouse / ".build.lock")
     try:
@@ -50,7 +54,7 @@ def build_warehouse(warehouse: Path, releases: list[str], registry: str | None =
         except Timeout:
             raise BuildError(f"another build of {warehouse} is still running after {wait:.0f} s") from None
     try:
-        return _build_locked(warehouse, full_scan)
+        return _build_locked(config, full_scan)
     finally:
         lock.release()
 
@@ -60,66 +64,38 @@ def build_warehouse(warehouse: Path, releases: list[str], registry: str | None =
 MAX_PARTITION_GAP = 25
 
 
-def _build_locked(warehouse: Path, full_scan: bool = False) -> list[str]:
+def _build_locked(config, full_scan: bool = False) -> list[str]:
     import dagster as dg
 
-    from pipelines.definitions import defs as load_defs
-    from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
-    from pipelines.defs.resources import WarehouseConfig
-    from pipelines.release.discover import find_run_folders
+    from pipelines.definitions import build_definitions
+    from pipelines.removals import removal_refusal
     from pipelines.warehouse_db import lake_dir
 
     started = time.perf_counter()
-    config = WarehouseConfig.from_env()
     if not config.releases:
         print(f"no --release given: building the bundled sample release (in {config.sample_dir})", flush=True)
     roots = config.release_roots()
-    runs, _, problems = find_run_folders(roots)
+    runs, _, problems = config.find_runs()
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
+    lake = lake_dir(config.warehouse)
+    if refusal := removal_refusal(roots, runs, lake, config.remove_releases):
+        raise BuildError(refusal)
     # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
     # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
     # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
-    stale = stale_runs(runs, lake_dir(warehouse), config.max_file_bytes, full_scan)
+    stale = stale_runs(runs, lake, config.max_file_bytes, full_scan, config.quiet_seconds)
     print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
           flush=True)
 
-    definitions = load_defs()
-    job = definitions.resolve_job_def("refresh_warehouse")
-    persistent = bool(os.environ.get("DAGSTER_HOME"))
+    definitions = build_definitions(config)
+    persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
     with instance, _planned_events_per_asset(not persistent):
-        known = set(instance.get_dynamic_partitions(run_partitions.name))
-        new = set(runs) - known
-        # A partition new to a kept instance is materialized once, even if the lake already holds the run (built
-        # with another instance), so that the models' automation does not wait on a partition that looks missing.
-        selected = stale | new if persistent else stale
-        if new:
-            # The selected partitions last: a range of consecutive keys, so one Dagster run, covers them all.
-            instance.add_dynamic_partitions(run_partitions.name, sorted(new, key=lambda key: (key in selected, key)))
-        keys = instance.get_dynamic_partitions(run_partitions.name)
-        blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
-        run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
-        lake_keys = _asset_keys(definitions, partitioned=True)
-        # Blocks apart from the last are ingested on their own; the last goes with every other asset.
-        for block in blocks[:-1]:
-            result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                            tags=run_range_tags(block[0], block[-1]), asset_selection=lake_keys)
-            if not result.success:
-                break
-        else:
-            if blocks:
-                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                                tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
-            else:
-                result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                                asset_selection=_asset_keys(definitions, partitioned=False))
+        result = _run_job(definitions, instance, set(runs), stale, persistent)
     if not result.success:
-        failure = next((e for e in result.all_events if e.is_step_failure), None)
-        reason = failure.event_specific_data.error.message.strip().splitlines()[-1] if failure else "the run failed"
-        step = f" in {failure.step_key}" if failure else ""
-        raise BuildError(f"the build failed{step}: {reason}")
-    return print_summary(warehouse, time.perf_counter() - started)
+        raise BuildError(failure_reason(result))
+    return print_summary(config.warehouse, time.perf_counter() - started)
 
 
 @contextmanager
@@ -140,7 +116,54 @@ def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
             os.environ[name] = before
 
 
-def stale_runs(runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False) -> set[str]:
+def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent: bool):
+    """Runs refresh_warehouse over the stale run partitions (and, on a kept instance, those it has never seen)."""
+    from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
+
+    job = definitions.resolve_job_def("refresh_warehouse")
+    known = set(instance.get_dynamic_partitions(run_partitions.name))
+    new = runs - known
+    # A partition new to a kept instance is materialized once, even if the lake already holds the run (built
+    # with another instance), so that the models' automation does not wait on a partition that looks missing.
+    selected = stale | new if persistent else stale
+    if new:
+        # The selected partitions last: a range of consecutive keys, so one Dagster run, covers them all.
+        instance.add_dynamic_partitions(run_partitions.name, sorted(new, key=lambda key: (key in selected, key)))
+    keys = instance.get_dynamic_partitions(run_partitions.name)
+    blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
+    run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
+
+    def execute(**selection):
+        return job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False, **selection)
+
+    # Blocks apart from the last are ingested on their own; the last goes with every other asset.
+    for block in blocks[:-1]:
+        result = execute(tags=run_range_tags(block[0], block[-1]), asset_selection=_asset_keys(definitions, True))
+        if not result.success:
+            return result
+    if blocks:
+        return execute(tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
+    return execute(asset_selection=_asset_keys(definitions, partitioned=False))
+
+
+def failure_reason(result) -> str:
+    """The first failed step's own error, on one line: the innermost cause Dagster wrapped (a step's exception is
+    reported as "Error occurred while executing op ..." with the real error as its cause)."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    if failure is None:
+        return "the build failed"
+    error = failure.event_specific_data.error
+    while error.cause is not None:
+        error = error.cause
+    message = (error.message.strip().splitlines() or [error.cls_name or "unknown error"])[0]
+    # Our own errors say everything in their message; a library's keeps its class name (PermissionError: ...).
+    if message.startswith("pipelines.") and ": " in message:
+        message = message.split(": ", 1)[1]
+    return f"the build failed in {failure.step_key}: {message}"
+
+
+def stale_runs(runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False,
+               quiet_seconds: int | None = None) -> set[str]:
     """The run ids whose lake partitions are out of date (lake.select_runs), and those the lake has no manifest of.
 
     A run the lake has no manifest of has everything to ingest: it is not listed here, since its ingest lists it
@@ -150,7 +173,8 @@ def stale_runs(runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = Fa
 
     new = {run_id for run_id in runs if not manifest_file(lake, run_id).exists()}
     known = [run for run_id, run in runs.items() if run_id not in new]
-    return set(select_runs(known, lake, max_file_bytes, full_scan).stale) | new
+    quiet = {} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}
+    return set(select_runs(known, lake, max_file_bytes, full_scan, **quiet).stale) | new
 
 
 def _describe(stale: set[str], gone: set[str]) -> str:

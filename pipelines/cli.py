@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-from pipelines.build import BuildError, build_warehouse
+from pipelines.build import BuildError, build_warehouse, configure
 from pipelines.release.discover import LAYOUTS
-from pipelines.settings import DEFAULT_WAREHOUSE, ENV_WAREHOUSE, published_path
+from pipelines.settings import DEFAULT_WAREHOUSE, ENV_WAREHOUSE, published_path, warehouse_dir
 
 
 class CommandError(Exception):
@@ -20,7 +19,7 @@ class CommandError(Exception):
 def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warehouse",
-        default=os.environ.get(ENV_WAREHOUSE, DEFAULT_WAREHOUSE),
+        default=None,
         help=f"warehouse folder (default: ${ENV_WAREHOUSE} or ./{DEFAULT_WAREHOUSE})",
     )
 
@@ -33,8 +32,11 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--release", action="append", default=[], metavar="DIR",
                        help="a release folder of run folders; repeat for several (default: the bundled sample release)")
     build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
-    build.add_argument("--workers", type=int, default=0,
-                       help="processes for the ingest and the figures (default: one per core)")
+    build.add_argument("--workers", type=int, default=None,
+                       help="processes for the ingest and the figures (default: $GRPO_WORKERS, or one per core)")
+    build.add_argument("--remove-release", action="append", default=[], metavar="NAME",
+                       help="let every run of this release (by its folder name) leave the warehouse; without it, a "
+                            "build that would remove all of a release's runs is refused")
     build.add_argument("--full-scan", action="store_true",
                        help="look at every epoch file, also of runs whose folders have not changed since they went "
                             "quiet (finds files rewritten in place; the nightly refresh does this)")
@@ -126,8 +128,10 @@ def run_bench(args) -> int:
 
 
 def run_build(args) -> int:
-    not_loading = build_warehouse(Path(args.warehouse), args.release, args.registry, args.workers, args.full_scan,
-                                  args.wait)
+    if not args.wait >= 0:  # also refuses NaN
+        raise CommandError(f"--wait must be 0 or more seconds, not {args.wait}")
+    config = configure(args.release, args.registry, args.workers, args.warehouse, args.remove_release)
+    not_loading = build_warehouse(config, args.full_scan, args.wait)
     if args.strict and not_loading:
         print(f"grpo-warehouse build: --strict: {'; '.join(not_loading)}", file=sys.stderr)
         return 1
@@ -155,7 +159,9 @@ def run_sql(args) -> int:
 
     import duckdb
 
-    path = published_path(Path(args.warehouse))
+    if args.max_rows < 1:
+        raise CommandError(f"--max-rows must be 1 or more, not {args.max_rows}")
+    path = published_path(Path(args.warehouse or warehouse_dir()))
     if not path.exists():
         raise CommandError(f"no warehouse at {path}; run `grpo-warehouse build` first")
     # Read-only, and no file access beyond the warehouse file: a query can neither write nor read elsewhere.

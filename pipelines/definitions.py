@@ -7,6 +7,8 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.defs.ingest.partitions import REFRESHES_TAG
+from pipelines.defs.ingest.sensors import release_files_sensor
+from pipelines.defs.resources import WarehouseConfig
 
 # The SQL models and exports follow their inputs by themselves: when an upstream asset (a lake partition, another
 # model) is materialized with a new data version, they are requested too, once nothing upstream is missing or in
@@ -44,8 +46,8 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
+def build_definitions(config: WarehouseConfig) -> dg.Definitions:
+    """Every definition under defs/, with the one configuration as the `warehouse` resource."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
     # map_asset_specs is the documented way to apply one policy to every asset; it is marked preview in 1.13.
     with warnings.catch_warnings():
@@ -54,6 +56,14 @@ def defs() -> dg.Definitions:
     # Every run executes its steps in one process: the model steps take turns anyway (pool "duckdb_writer",
     # one slot) and ingest spreads over cores itself, so a process per step only added its start-up (seconds per
     # step, a minute per "Materialize all" of the ~25 steps) without any parallelism to show for it.
-    return dg.Definitions.merge(
-        automated, dg.Definitions(sensors=[automation_sensor], executor=dg.in_process_executor)
-    )
+    return dg.Definitions.merge(automated, dg.Definitions(
+        sensors=[automation_sensor, release_files_sensor(config.sensor_interval_seconds)],
+        resources={"warehouse": config},
+        executor=dg.in_process_executor,
+    ))
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The code location `dg dev` loads: configured from the environment (WarehouseConfig.from_env)."""
+    return build_definitions(WarehouseConfig.from_env())

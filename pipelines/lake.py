@@ -33,9 +33,8 @@ LAKE_FORMAT = 4  # 2: the manifest records which extra columns hold JSON text; 3
 
 # A run last written to (the latest ctime of its epoch files and folders) this long before it was listed is quiet:
 # its writer is done with it. A quiet run with no quarantined file and no problem entry is not listed again while its
-# folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. GRPO_QUIET_SECONDS
-# sets the wait (0: at once; negative: never, every build lists every file).
-ENV_QUIET_SECONDS = "GRPO_QUIET_SECONDS"
+# folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. The configuration's
+# quiet_seconds sets the wait (0: at once; negative: never, every build lists every file).
 DEFAULT_QUIET_SECONDS = 3600
 RUN_TABLES = ("epochs", "trajectories", "errors", "files")
 ERROR_COLUMNS = {
@@ -57,11 +56,6 @@ FILE_COLUMNS = {
     "status": pl.String,  # loaded | loaded_with_warnings | quarantined | duplicate | skipped
     "reason": pl.String,
 }
-
-
-def quiet_seconds() -> int:
-    """How long after its last write a run counts as quiet (GRPO_QUIET_SECONDS, default an hour)."""
-    return int(os.environ.get(ENV_QUIET_SECONDS) or DEFAULT_QUIET_SECONDS)
 
 
 _NOT_IN_KEY = re.compile(r"[^a-z0-9_]+")
@@ -404,7 +398,7 @@ def _partitions_present(lake: Path, run_id: str) -> bool:
     return all(os.path.exists(partition_file(lake, table, run_id)) for table in ("errors", "files"))
 
 
-def _stamps_record(listing: RunListing, quarantined: int, rows: dict) -> dict | None:
+def _stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_seconds: int) -> dict | None:
     """What a later build needs to settle the run without listing it, or None when it must list it.
 
     Only a quiet run qualifies, whose folders were all stamped (no links), and with nothing to look at again: a
@@ -413,8 +407,7 @@ def _stamps_record(listing: RunListing, quarantined: int, rows: dict) -> dict | 
     """
     if listing.folders is None or quarantined or any(s.is_problem and s.severity == "error" for s in listing.skipped):
         return None
-    wait = quiet_seconds()
-    if wait < 0 or listing.listed_at_ns - listing.changed_at_ns < wait * 10**9:
+    if quiet_seconds < 0 or listing.listed_at_ns - listing.changed_at_ns < quiet_seconds * 10**9:
         return None
     return {"format": LAKE_FORMAT, "listing": LISTING_VERSION, "release": listing.run.release, "rows": rows,
             "listed_at_ns": listing.listed_at_ns, "changed_at_ns": listing.changed_at_ns,
@@ -485,7 +478,7 @@ def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dic
     return RunWork(listing, changed, removed, inventory_changed)
 
 
-def _settle_unchanged(listing: RunListing, lake: Path, previous: dict) -> int:
+def _settle_unchanged(listing: RunListing, lake: Path, previous: dict, quiet_seconds: int) -> int:
     """Records the stamps of a run found unchanged if it became quiet (or removes them if it became busy); returns
     its count of quarantined files. Called holding the run's lock."""
     run_id = listing.run.run_id
@@ -494,15 +487,15 @@ def _settle_unchanged(listing: RunListing, lake: Path, previous: dict) -> int:
     # A folder of set-aside candidates, like a quarantined file, may be fixed in place.
     current = {f.source_path: f for f in listing.epoch_files}
     unsettled = quarantined + len(_folders_without_document(current, files))
-    record = _stamps_record(listing, unsettled, previous.get("rows"))
+    record = _stamps_record(listing, unsettled, previous.get("rows"), quiet_seconds)
     old = _read_stamps(lake, run_id)
     if (old is None) != (record is None) or record and old["folders"] != record["folders"]:
         _write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder changed
     return quarantined
 
 
-def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
-               only_if_unchanged: bool = False) -> RunIngestResult | None:
+def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unchanged: bool = False,
+               quiet_seconds: int = DEFAULT_QUIET_SECONDS) -> RunIngestResult | None:
     """Brings one run's lake partitions up to date with its folder, parsing only new or changed files.
 
     With only_if_unchanged, returns None instead of parsing when the run has something to parse.
@@ -514,7 +507,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         previous = read_manifest(lake, run_id)
         work = _compare(listing, lake, max_file_bytes, previous)
         if not work.pending:
-            quarantined = _settle_unchanged(listing, lake, previous)
+            quarantined = _settle_unchanged(listing, lake, previous, quiet_seconds)
             return _result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
         if only_if_unchanged:
             return None
@@ -641,7 +634,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int,
         }
         # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
         write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
-        _write_stamps(lake, run_id, _stamps_record(listing, unsettled, manifest["rows"]))
+        _write_stamps(lake, run_id, _stamps_record(listing, unsettled, manifest["rows"], quiet_seconds))
         return _result(run_id, True, n_parsed, quarantined, lake, started, epochs, trajectories)
 
 
@@ -770,8 +763,9 @@ def gone_runs(lake: Path, present) -> list[str]:
     return sorted(run_id for run_id in lake_runs(lake) if run_id not in present)
 
 
-def ingest_run_folder(run: RunFolder, lake: Path, max_file_bytes: int) -> RunIngestResult:
-    return ingest_run(list_run(run), lake, max_file_bytes)
+def ingest_run_folder(run: RunFolder, lake: Path, max_file_bytes: int,
+                      quiet_seconds: int = DEFAULT_QUIET_SECONDS) -> RunIngestResult:
+    return ingest_run(list_run(run), lake, max_file_bytes, quiet_seconds=quiet_seconds)
 
 
 def ingest_runs(
@@ -781,6 +775,7 @@ def ingest_runs(
     workers: int = 0,
     progress: Callable[[RunIngestResult, int, int], None] | None = None,
     full_scan: bool = False,
+    quiet_seconds: int = DEFAULT_QUIET_SECONDS,
 ) -> list[RunIngestResult]:
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
@@ -814,7 +809,7 @@ def ingest_runs(
             for future in finished:
                 futures.remove(future)
                 done(future.result())
-        futures.add(pool.submit(job[0], job[1], lake, max_file_bytes))
+        futures.add(pool.submit(job[0], job[1], lake, max_file_bytes, quiet_seconds=quiet_seconds))
 
     try:
         for run in runs:
@@ -826,9 +821,9 @@ def ingest_runs(
             else:
                 listing = list_run(run)
                 if workers <= 1:
-                    done(ingest_run(listing, lake, max_file_bytes))
+                    done(ingest_run(listing, lake, max_file_bytes, quiet_seconds=quiet_seconds))
                     continue
-                if (result := ingest_run(listing, lake, max_file_bytes, only_if_unchanged=True)) is not None:
+                if (result := ingest_run(listing, lake, max_file_bytes, True, quiet_seconds)) is not None:
                     done(result)
                     continue
                 job = (ingest_run, listing)
@@ -843,7 +838,7 @@ def ingest_runs(
                 waiting = None
             submit(job)
         if waiting is not None:
-            done(waiting[0](waiting[1], lake, max_file_bytes))
+            done(waiting[0](waiting[1], lake, max_file_bytes, quiet_seconds=quiet_seconds))
         for future in as_completed(futures):
             done(future.result())
     finally:
@@ -867,7 +862,7 @@ class RunSelection:
 
 
 def select_runs(runs: Iterable[RunFolder], lake: Path, max_file_bytes: int, full_scan: bool = False,
-                must_list: Collection[str] = ()) -> RunSelection:
+                must_list: Collection[str] = (), quiet_seconds: int = DEFAULT_QUIET_SECONDS) -> RunSelection:
     """Compares every run folder with the lake's manifests: the one decision of which run partitions have work,
     for a build and for the release sensor alike. Parses nothing. A run unchanged_by_stamps settles is not listed,
     unless full_scan or its id is in must_list; a listed run with nothing to do has its stamps brought up to date."""
@@ -883,6 +878,6 @@ def select_runs(runs: Iterable[RunFolder], lake: Path, max_file_bytes: int, full
             previous = read_manifest(lake, run.run_id)
             work[run.run_id] = _compare(listing, lake, max_file_bytes, previous)
             if not work[run.run_id].pending:
-                _settle_unchanged(listing, lake, previous)
+                _settle_unchanged(listing, lake, previous, quiet_seconds)
     present = set(work) | set(quiet)
     return RunSelection(work, sorted(quiet), gone_runs(lake, present))

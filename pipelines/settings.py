@@ -5,6 +5,8 @@ Nothing heavier than the standard library is imported here, so `grpo-warehouse s
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 ENV_RELEASES = "GRPO_RELEASES"
@@ -18,3 +20,53 @@ PUBLISHED_NAME = "warehouse.duckdb"
 def published_path(warehouse: Path) -> Path:
     """The DuckDB file readers open, inside a warehouse folder."""
     return Path(warehouse) / PUBLISHED_NAME
+
+
+ENV_SENSOR_INTERVAL = "GRPO_SENSOR_INTERVAL"
+ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
+ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
+ENV_QUIET_SECONDS = "GRPO_QUIET_SECONDS"
+ENV_STORAGE_VERSION = "GRPO_DUCKDB_STORAGE_VERSION"
+# Each variable: the configuration field it sets, and how its text becomes the field's value.
+ENVIRONMENT = {
+    ENV_RELEASES: ("releases", "paths"),
+    ENV_WAREHOUSE: ("warehouse_dir", "text"),
+    ENV_REGISTRY: ("registries", "path"),
+    ENV_WORKERS: ("workers", "whole"),
+    ENV_SENSOR_INTERVAL: ("sensor_interval_seconds", "whole"),
+    ENV_SETTLE_SECONDS: ("settle_seconds", "whole"),
+    ENV_MEMORY_LIMIT: ("duckdb_memory_limit", "text"),
+    ENV_QUIET_SECONDS: ("quiet_seconds", "whole"),
+    ENV_STORAGE_VERSION: ("duckdb_storage_version", "text"),
+}
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used: the message names it and says why, on one line."""
+
+
+def read_environment(environ: Mapping[str, str], skip: Collection[str] = ()) -> dict:
+    """The configuration fields set by GRPO_* variables (an empty one counts as unset), leaving out the fields in skip
+    (set otherwise, by a command-line flag): the one place the warehouse reads its environment."""
+    values: dict = {}
+    for name, (field, kind) in ENVIRONMENT.items():
+        text = environ.get(name, "")
+        if not text or field in skip:
+            continue
+        if kind == "paths":
+            values[field] = [part for part in text.split(os.pathsep) if part]
+        elif kind == "path":
+            values[field] = [text]
+        elif kind == "whole":
+            try:
+                values[field] = int(text.strip())
+            except ValueError:
+                raise ConfigError(f"{name}={text!r} is not a whole number") from None
+        else:
+            values[field] = text
+    return values
+
+
+def warehouse_dir(environ: Mapping[str, str] | None = None) -> str:
+    """The warehouse folder the environment (default: this process's) names, or the default."""
+    return (os.environ if environ is None else environ).get(ENV_WAREHOUSE) or DEFAULT_WAREHOUSE

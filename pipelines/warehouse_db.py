@@ -22,12 +22,10 @@ from pipelines.settings import published_path
 
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
 DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
-ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
 # The DuckDB storage format of the build database, and so of warehouse.duckdb: a DuckDB reads its own version's
 # format and older ones, never newer, so "v1.0.0" opens in DuckDB 1.0 and every later version. A model whose table
 # the format cannot hold fails with DuckDB's message naming the version it needs (a VARIANT column: v1.5.0).
 DEFAULT_STORAGE_VERSION = "v1.0.0"
-ENV_STORAGE_VERSION = "GRPO_DUCKDB_STORAGE_VERSION"
 # The build database's record of its own work (model and check fingerprints, the lake views' files), in a schema of
 # its own: warehouse.duckdb is published without it.
 BOOKKEEPING = "bookkeeping"
@@ -176,7 +174,7 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
                   storage_version: str = DEFAULT_STORAGE_VERSION) -> Iterator[duckdb.DuckDBPyConnection]:
     """The build database, held under a cross-process lock so that one writer at a time touches it.
 
-    DuckDB gets memory_limit (a DuckDB size such as "2GB"; default $GRPO_DUCKDB_MEMORY_LIMIT or DEFAULT_MEMORY_LIMIT)
+    DuckDB gets memory_limit (a DuckDB size such as "2GB"; default DEFAULT_MEMORY_LIMIT)
     and spills what does not fit to <warehouse>/.build/tmp. Opened for writing, a database written in another storage
     version than storage_version is made anew (see _connect_for_writing).
     """
@@ -190,7 +188,7 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
     try:
         path = folder / "build.duckdb"
         config = {
-            "memory_limit": memory_limit or os.environ.get(ENV_MEMORY_LIMIT) or DEFAULT_MEMORY_LIMIT,
+            "memory_limit": memory_limit or DEFAULT_MEMORY_LIMIT,
             "temp_directory": str(folder / "tmp"),
             "storage_compatibility_version": storage_version,
         }

@@ -1,7 +1,8 @@
 """The build database's DuckDB settings: a memory limit from the configuration, and a spill folder under .build."""
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.warehouse_db import ENV_MEMORY_LIMIT, open_build_db
+from pipelines.settings import ENV_MEMORY_LIMIT
+from pipelines.warehouse_db import open_build_db
 
 
 def settings(warehouse, **kwargs) -> tuple[str, str]:
@@ -9,11 +10,9 @@ def settings(warehouse, **kwargs) -> tuple[str, str]:
         return con.execute("select current_setting('memory_limit'), current_setting('temp_directory')").fetchone()
 
 
-def test_the_memory_limit_comes_from_the_configuration_and_spills_go_under_build(tmp_path, monkeypatch):
-    monkeypatch.delenv(ENV_MEMORY_LIMIT, raising=False)
+def test_the_memory_limit_comes_from_the_configuration_and_spills_go_under_build(tmp_path):
     # DuckDB reports 1000 * 2**20 bytes ("1000MB") in binary units
     assert settings(tmp_path, memory_limit="1000MB") == ("953.6 MiB", str(tmp_path / ".build" / "tmp"))
     assert settings(tmp_path)[0] == "488.2 MiB"  # the default, 512MB
-    monkeypatch.setenv(ENV_MEMORY_LIMIT, "500MB")
-    assert WarehouseConfig.from_env().duckdb_memory_limit == "500MB"
-    assert settings(tmp_path, read_only=True)[0] == "476.8 MiB"
+    config = WarehouseConfig.from_env({ENV_MEMORY_LIMIT: "500MB"})
+    assert settings(tmp_path, read_only=True, memory_limit=config.duckdb_memory_limit)[0] == "476.8 MiB"

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipelines.defs.models.assets import MODELS, refresh_model
-from pipelines.defs.resources import ENV_REGISTRY, WarehouseConfig
+from pipelines.defs.resources import WarehouseConfig
+from pipelines.settings import ENV_REGISTRY
 from pipelines.models import ModelError, load_models, run_model, run_model_rows
 
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)

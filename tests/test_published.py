@@ -18,7 +18,8 @@ from polars.testing import assert_frame_equal
 
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import SQL_DIR
-from pipelines.warehouse_db import ENV_STORAGE_VERSION, LAKE_VIEWS, open_build_db, parquet_source, view_files
+from pipelines.settings import ENV_STORAGE_VERSION
+from pipelines.warehouse_db import LAKE_VIEWS, open_build_db, parquet_source, view_files
 
 # A Python with an older duckdb, pandas and pyarrow, in a virtualenv of its own (.ci/run makes one).
 OLD_CLIENT_ENV = "GRPO_TEST_OLD_DUCKDB_PYTHON"

@@ -12,18 +12,33 @@ import pytest
 
 import pipelines.lake
 from conftest import epoch_document
-from pipelines.lake import DEFAULT_QUIET_SECONDS, ENV_QUIET_SECONDS, ingest_runs, select_runs, stamps_file
+import pipelines.lake
+from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, stamps_file
 from pipelines.lake import unchanged_by_stamps
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
+from pipelines.settings import ENV_QUIET_SECONDS
 
 HOURS = 2 * 3600 * 10**9  # longer than the default wait
 assert HOURS > DEFAULT_QUIET_SECONDS * 10**9
 
 
+QUIET = {"seconds": DEFAULT_QUIET_SECONDS}  # the quiet_seconds the helpers below pass
+
+
+def wait_for_quiet(monkeypatch, seconds: int) -> None:
+    """Runs count as quiet this long after their last write: for the helpers, and for builds (GRPO_QUIET_SECONDS)."""
+    monkeypatch.setitem(QUIET, "seconds", seconds)
+    monkeypatch.setenv(ENV_QUIET_SECONDS, str(seconds))
+
+
 @pytest.fixture
 def quiet_at_once(monkeypatch):
-    monkeypatch.setenv(ENV_QUIET_SECONDS, "0")
+    wait_for_quiet(monkeypatch, 0)
+
+
+def select_runs(*args, **kwargs):
+    return pipelines.lake.select_runs(*args, quiet_seconds=QUIET["seconds"], **kwargs)
 
 
 def set_mtime_back(*paths):
@@ -59,7 +74,8 @@ def runs_of(release):
 
 
 def ingest(release, lake, full_scan=False):
-    return {r.run_id: r for r in ingest_runs(runs_of(release), lake, 10**6, workers=1, full_scan=full_scan)}
+    return {r.run_id: r for r in ingest_runs(runs_of(release), lake, 10**6, workers=1, full_scan=full_scan,
+                                             quiet_seconds=QUIET["seconds"])}
 
 
 @pytest.fixture
@@ -170,7 +186,7 @@ def test_a_busy_run_is_listed_every_time_and_becomes_quiet_an_hour_after_its_las
 def test_a_negative_wait_lists_every_run_on_every_build(tmp_path, write_epoch, monkeypatch):
     release, lake = tmp_path / "release", tmp_path / "lake"
     write_epoch(release / "run_a", 0)
-    monkeypatch.setenv(ENV_QUIET_SECONDS, "-1")
+    wait_for_quiet(monkeypatch, -1)
     monkeypatch.setattr(discover.time, "time_ns", lambda: 10**20)  # any time later
     ingest(release, lake)
     assert stamps(lake, "run_a") is None and unchanged_by_stamps(runs_of(release)[0], lake) is None

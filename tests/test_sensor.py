@@ -16,7 +16,7 @@ from pipelines.defs.ingest.sensors import (
     scan_releases,
 )
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import ENV_QUIET_SECONDS, ingest_run_folder
+from pipelines.lake import ingest_run_folder
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import lake_dir
 
@@ -35,11 +35,12 @@ class Ticker:
         self.instance = instance
         self.config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(warehouse))
         self.cursor = None
+        self.quiet_seconds = 3600  # how ingest (Ticker.ingest) settles runs
 
     def __call__(self):
         context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
                                           resources={"warehouse": self.config})
-        result = release_files_sensor(context)
+        result = release_files_sensor(self.config.sensor_interval_seconds)(context)
         for request in result.dynamic_partitions_requests:
             if isinstance(request, dg.AddDynamicPartitionsRequest):
                 self.instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
@@ -55,7 +56,8 @@ class Ticker:
     def ingest(self, result):
         """Does what the requested runs would do for run_lake: brings those runs' lake partitions up to date."""
         runs, _, _ = find_run_folders(self.config.release_roots())
-        return {r.partition_key: ingest_run_folder(runs[r.partition_key], lake_dir(self.config.warehouse), 2**20)
+        return {r.partition_key: ingest_run_folder(runs[r.partition_key], lake_dir(self.config.warehouse), 2**20,
+                                                   quiet_seconds=self.quiet_seconds)
                 for r in result.run_requests if r.partition_key}
 
 
@@ -183,9 +185,9 @@ def test_files_already_in_the_lake_are_not_handed_to_ingest_again(tmp_path, writ
 
 @pytest.fixture
 def quiet_run(tmp_path, ticker, write_epoch, monkeypatch):
-    """run_a, two epochs long ingested, quiet at once (GRPO_QUIET_SECONDS=0), as the sensor last saw it; and the
+    """run_a, two epochs long ingested, quiet at once (quiet_seconds 0), as the sensor last saw it; and the
     run ids the sensor lists from then on."""
-    monkeypatch.setenv(ENV_QUIET_SECONDS, "0")
+    ticker.quiet_seconds = 0
     run = tmp_path / "release" / "run_a"
     for epoch in range(2):
         set_mtime(write_epoch(run, epoch), OLD)

@@ -1,7 +1,10 @@
 """The one configurable resource: where releases and the warehouse are, and every metric parameter."""
 
 
+import math
 import os
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -9,17 +12,24 @@ import dagster as dg
 import duckdb
 import pydantic
 
+from pipelines.lake import DEFAULT_QUIET_SECONDS
 from pipelines.models import sql_string
+from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
+from pipelines.release.registry import read_registry
 from pipelines.release.sample import ensure_sample
-from pipelines.settings import DEFAULT_WAREHOUSE, ENV_REGISTRY, ENV_RELEASES, ENV_WAREHOUSE, ENV_WORKERS
-from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, ENV_MEMORY_LIMIT, ENV_STORAGE_VERSION
+from pipelines.settings import DEFAULT_WAREHOUSE, ENVIRONMENT, ConfigError, read_environment
+from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, readable_by_duckdb
 
-ENV_SENSOR_INTERVAL = "GRPO_SENSOR_INTERVAL"
-ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
+# Lower bounds of the whole-number settings, and the text that says what they count.
+_AT_LEAST = {
+    "max_file_bytes": (1, "bytes"), "workers": (0, "ingest processes; 0: one per core"),
+    "sensor_interval_seconds": (1, "seconds"), "settle_seconds": (0, "seconds"), "rolling_window": (1, "epochs"),
+    "final_window": (1, "epochs"), "bootstrap_reps": (1, "replicates"), "breakdown_window": (1, "epochs"),
+}
 
 
 class WarehouseConfig(dg.ConfigurableResource):
-    """Paths and parameters of the warehouse; `from_env()` reads them from GRPO_* environment variables."""
+    """Paths and parameters of the warehouse; `from_env()` builds it from flags and GRPO_* environment variables."""
 
     releases: list[str] = []  # release folders; none means the bundled sample release
     warehouse_dir: str = DEFAULT_WAREHOUSE
@@ -29,6 +39,8 @@ class WarehouseConfig(dg.ConfigurableResource):
     sample_seed: int = 0
     sensor_interval_seconds: int = 30  # how often the release sensor looks for new or changed files
     settle_seconds: int = 60  # a file whose mtime is this old is complete, even if seen only once
+    quiet_seconds: int = DEFAULT_QUIET_SECONDS  # a run last written to this long ago is settled from its folder stamps
+    remove_releases: list[str] = []  # releases whose runs may all leave the warehouse (pipelines.removals)
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT  # DuckDB's memory limit on the build database ("2GB", "512MB")
     # The storage version of warehouse.duckdb (and of the build database it is copied from): the oldest DuckDB
     # version that can open it, such as "v1.0.0" or "v1.4.0".
@@ -63,26 +75,48 @@ class WarehouseConfig(dg.ConfigurableResource):
         return version
 
     @classmethod
-    def from_env(cls, **overrides) -> "WarehouseConfig":
-        values: dict = {}
-        if os.environ.get(ENV_RELEASES):
-            values["releases"] = [p for p in os.environ[ENV_RELEASES].split(os.pathsep) if p]
-        if os.environ.get(ENV_WAREHOUSE):
-            values["warehouse_dir"] = os.environ[ENV_WAREHOUSE]
-        if os.environ.get(ENV_REGISTRY):
-            values["registries"] = [os.environ[ENV_REGISTRY]]
-        if os.environ.get(ENV_WORKERS):
-            values["workers"] = int(os.environ[ENV_WORKERS])
-        if os.environ.get(ENV_SENSOR_INTERVAL):
-            values["sensor_interval_seconds"] = int(os.environ[ENV_SENSOR_INTERVAL])
-        if os.environ.get(ENV_SETTLE_SECONDS):
-            values["settle_seconds"] = int(os.environ[ENV_SETTLE_SECONDS])
-        if os.environ.get(ENV_MEMORY_LIMIT):
-            values["duckdb_memory_limit"] = os.environ[ENV_MEMORY_LIMIT]
-        if os.environ.get(ENV_STORAGE_VERSION):
-            values["duckdb_storage_version"] = os.environ[ENV_STORAGE_VERSION]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "WarehouseConfig":
+        """The configuration from GRPO_* variables (settings.ENVIRONMENT) and the given overrides (flags; None is
+        not given), checked (check): a bad value raises ConfigError, before any work starts."""
+        given = {name: value for name, value in overrides.items() if value is not None}
+        values = read_environment(os.environ if environ is None else environ, skip=given)
+        try:
+            config = cls(**{**values, **given})
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"])
+            raise ConfigError(f"{_named(field)}: {error['msg'].removeprefix('Value error, ')}") from None
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Raises ConfigError, naming the setting, for a value no build can use; reads no file."""
+        for name, (least, unit) in _AT_LEAST.items():
+            if getattr(self, name) < least:
+                raise ConfigError(f"{_named(name)} must be {least} or more ({unit}), not {getattr(self, name)}")
+        for name in ("ema_weight", "ci_level", "advantage_tolerance", "reward_tolerance"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{name} must be a finite number, not {getattr(self, name)}")
+        if not 0 <= self.ema_weight <= 1:
+            raise ConfigError(f"ema_weight must be between 0 and 1, not {self.ema_weight}")
+        if not 0 < self.ci_level < 1:
+            raise ConfigError(f"ci_level must be between 0 and 1 (exclusive), not {self.ci_level}")
+        if self.advantage_tolerance < 0 or self.reward_tolerance < 0:
+            raise ConfigError("advantage_tolerance and reward_tolerance must be 0 or more")
+        _check_memory_limit(self.duckdb_memory_limit)
+        if not readable_by_duckdb(self.warehouse):
+            raise ConfigError(f"the warehouse path {self.warehouse} holds both a backslash and one of * ? [, which "
+                              "DuckDB cannot be given literally; choose another folder")
+
+    def check_paths(self) -> None:
+        """Raises ConfigError for a release, registry or warehouse folder the build cannot use: called before a
+        build starts, as the files may change between builds."""
+        for release in self.releases:
+            if problem := release_problem(Path(release)):
+                raise ConfigError(problem)
+        for registry in self.registries:
+            read_registry(Path(registry))  # RegistryError (a ConfigError) names the file, the line and the problem
+        _check_writable(self.warehouse)
 
     @property
     def warehouse(self) -> Path:
@@ -97,6 +131,10 @@ class WarehouseConfig(dg.ConfigurableResource):
         if self.releases:
             return [Path(r).absolute() for r in self.releases]
         return [Path(p).absolute() for p in ensure_sample(self.sample_dir, seed=self.sample_seed)]
+
+    def find_runs(self) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:
+        """The run folders of the releases (find_run_folders), the warehouse folder never among them."""
+        return find_run_folders(self.release_roots(), warehouse=self.warehouse)
 
     def metric_parameters(self) -> dict:
         return {
@@ -114,6 +152,27 @@ class WarehouseConfig(dg.ConfigurableResource):
         }
 
 
-@dg.definitions
-def resources() -> dg.Definitions:
-    return dg.Definitions(resources={"warehouse": WarehouseConfig.from_env()})
+def _named(field: str) -> str:
+    """A field as the user set it: with its environment variable, if it has one."""
+    variable = next((name for name, (set_field, _) in ENVIRONMENT.items() if set_field == field), None)
+    return f"{field} ({variable})" if variable else field
+
+
+def _check_memory_limit(limit: str) -> None:
+    try:
+        duckdb.connect(config={"memory_limit": limit}).close()
+    except duckdb.Error:
+        raise ConfigError(f"{_named('duckdb_memory_limit')} {limit!r} is not a DuckDB memory size such "
+                          "as 512MB or 2GB") from None
+
+
+def _check_writable(warehouse: Path) -> None:
+    """Raises ConfigError unless the warehouse folder is a folder this process can create and write files in."""
+    if warehouse.exists() and not warehouse.is_dir():
+        raise ConfigError(f"the warehouse {warehouse} is a file, not a folder")
+    try:
+        warehouse.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=warehouse):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write in the warehouse folder {warehouse}: {exc.strerror or exc}") from None

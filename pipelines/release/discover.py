@@ -313,21 +313,55 @@ def _name(entry: os.DirEntry) -> str:
     return entry.name
 
 
-def find_run_folders(release_roots: list[Path]) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:
+def release_problem(root: Path) -> str | None:
+    """Why a folder cannot be a release, or None: missing, not a folder, unreadable, or a run folder itself (epoch
+    documents at its top level), which names the folder to give instead."""
+    root = Path(root)
+    if not root.exists():
+        return f"release folder {shown(str(root))} does not exist"
+    if not root.is_dir():
+        return f"release folder {shown(str(root))} is not a folder"
+    try:
+        with os.scandir(root) as entries:
+            run_like = any(EPOCH_FILE_NAME.match(e.name) or EPOCH_DIR_NAME.match(e.name) and e.is_dir()
+                           for e in entries)
+    except OSError as exc:
+        return f"release folder {shown(str(root))} cannot be read: {exc.strerror or exc}"
+    if run_like:
+        parent = root.absolute().parent
+        return (f"release folder {shown(str(root))} holds epoch documents itself: it is a run folder; give the folder "
+                f"that holds the run folders instead (--release {shown(str(parent))})")
+    return None
+
+
+def _holds(folder: Path, inner: Path) -> bool:
+    """Whether inner is folder or lies inside it, by real paths."""
+    return inner == folder or folder in inner.parents
+
+
+def find_run_folders(release_roots: list[Path], warehouse: Path | None = None,
+                     ) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:
     """Every run folder of the releases keyed by run id, the roots' other entries, and problems found.
 
-    A run id is unique across releases: a second folder with the same name is reported and not loaded.
+    A run id is unique across releases: a second folder with the same name is reported and not loaded. A folder
+    that is the warehouse, or holds it, is never a run: a warehouse placed inside a release is not ingested.
     """
     runs: dict[str, RunFolder] = {}
     entries: list[SkippedEntry] = []
     problems: list[str] = []
+    real_warehouse = Path(os.path.realpath(warehouse)) if warehouse is not None else None
     for root in release_roots:
-        if not Path(root).is_dir():
-            problems.append(f"release folder {root} does not exist or is not a folder")
+        if problem := release_problem(root):
+            problems.append(problem)
             continue
         found, skipped = list_run_folders(Path(root))
-        entries.extend(SkippedEntry(None, f"{Path(root).name}/{s.source_path}", s.reason, s.is_problem, s.error_kind)
-                       for s in skipped)
+        if real_warehouse is not None:
+            inside = [run for run in found if _holds(Path(os.path.realpath(run.path)), real_warehouse)]
+            found = [run for run in found if run not in inside]
+            skipped += [SkippedEntry(None, shown(run.run_id), "the warehouse folder, or a folder holding it; not a run",
+                                     False) for run in inside]
+        entries.extend(SkippedEntry(None, f"{shown(Path(root).name)}/{s.source_path}", s.reason, s.is_problem,
+                                    s.error_kind) for s in skipped)
         for run in found:
             if run.run_id in runs:
                 problems.append(

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.release.discover import RunFolder
+from pipelines.settings import ConfigError
 
 BUNDLED_REGISTRY = Path(__file__).with_name("registry.csv")
 DEFAULT_GROUP_SIZE = 8
@@ -32,7 +33,7 @@ _FAMILY_IN_NAME = (
 )
 
 
-class RegistryError(Exception):
+class RegistryError(ConfigError):
     """A registry CSV that cannot be used; the message names the file and the problem."""
 
 

@@ -20,7 +20,7 @@ from pipelines.lake import (
     remove_run,
     write_atomically,
 )
-from pipelines.release.discover import find_run_folders
+from pipelines.removals import check_removals
 from pipelines.release.registry import build_dim_runs
 from pipelines.warehouse_db import lake_dir
 
@@ -68,7 +68,8 @@ def partitions_version(lake: Path, table: str, run_ids: list[str]) -> dg.DataVer
 def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     """Scans the release folders for run folders and resolves each run's attributes."""
     lake = lake_dir(warehouse.warehouse)
-    runs, root_entries, problems = find_run_folders(warehouse.release_roots())
+    runs, root_entries, problems = warehouse.find_runs()
+    check_removals(warehouse.release_roots(), runs, lake, warehouse.remove_releases)
     for problem in problems:
         context.log.warning(problem)
     dim = build_dim_runs(list(runs.values()), [Path(p) for p in warehouse.registries])
@@ -84,7 +85,7 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         [{"run_id": None, "source_path": s.source_path, "status": "skipped", "reason": s.reason} for s in root_entries],
         schema=FILE_COLUMNS,
     )
-    # A run whose folder is gone leaves the lake, and so the warehouse.
+    # A run whose folder is gone from a release that still shows runs leaves the lake, and so the warehouse.
     for run_id in gone_runs(lake, runs):
         context.log.info(f"run {run_id} no longer exists in any release; removing it from the lake")
         remove_run(lake, run_id)
@@ -111,9 +112,11 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
 def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     """Flattens each selected run's new or changed epoch files into the lake's Parquet partitions."""
     lake = lake_dir(warehouse.warehouse)
-    runs, _, _ = find_run_folders(warehouse.release_roots())
+    runs, _, _ = warehouse.find_runs()
     selected = context.partition_keys
     gone = [key for key in selected if key not in runs]
+    if gone:
+        check_removals(warehouse.release_roots(), runs, lake, warehouse.remove_releases)
     for key in gone:
         context.log.info(f"run {key} no longer exists in any release; removing it from the lake")
         remove_run(lake, key)
@@ -137,7 +140,7 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     # build's own check, the sensor, the nightly refresh, a click), and a file rewritten in place changes no folder.
     results = ingest_runs(
         [runs[key] for key in selected if key in runs], lake, warehouse.max_file_bytes, warehouse.workers, progress,
-        full_scan=True,
+        full_scan=True, quiet_seconds=warehouse.quiet_seconds,
     )
     unchanged = [r for r in results if not r.changed]
     if unchanged:

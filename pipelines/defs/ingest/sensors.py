@@ -3,16 +3,18 @@
 import hashlib
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
 from pipelines.defs.ingest import assets as ingest_assets
-from pipelines.defs.ingest.partitions import REFRESHES_TAG, run_partitions
+from pipelines.defs.ingest.partitions import REFRESHES_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import read_manifest, unchanged_by_stamps
-from pipelines.release.discover import find_run_folders, list_run
+from pipelines.release.discover import find_run_folders, list_run, release_problem
+from pipelines.removals import removal_refusal
 from pipelines.warehouse_db import lake_dir
 
 CURSOR_FORMAT = 3  # 3: the tick and a digest per run with files still being written; per-file state is the lake's
@@ -48,13 +50,14 @@ class LakeHolds:
 class ReleaseChanges:
     """The outcome of one look at the releases: which runs to ingest, which appeared or went away."""
 
-    new_runs: list[str]
-    gone_runs: list[str]
+    new_runs: list[str]  # run ids
+    gone_runs: list[str]  # partition keys
     runs_to_ingest: dict[str, dict[str, Stat | None]]  # run id -> settled new/changed files (and removed: None)
     waiting: dict[str, list[str]]  # run id -> files still being written
     unsettled: dict[str, str]  # run id -> digest of the stats of its files still being written (the cursor)
     quiet_runs: int = 0  # runs not listed: their folders unchanged since the lake last listed them
     problems: list[str] = field(default_factory=list)
+    refusal: str | None = None  # why run partitions gone from the releases are kept (pipelines.removals)
 
 
 def parse_cursor(cursor: str | None) -> tuple[int, dict[str, str]]:
@@ -87,7 +90,8 @@ def _lake_holds(lake: Path, run_id: str) -> LakeHolds:
 
 
 def scan_releases(
-    release_roots: list[Path], lake: Path, known: set[str], unsettled: dict[str, str], now_ns: int, settle_ns: int
+    release_roots: list[Path], lake: Path, known: set[str], unsettled: dict[str, str], now_ns: int, settle_ns: int,
+    warehouse: Path | None = None, remove_releases: Collection[str] = (),
 ) -> ReleaseChanges:
     """Compares the releases' run folders and file stats with what the lake holds; stats files, parses nothing.
 
@@ -96,10 +100,12 @@ def scan_releases(
     (unsettled, from the cursor): a file still being written keeps changing, so it waits. A quiet run the lake
     holds, whose folders have not changed since (lake.unchanged_by_stamps), is not listed: at 100x the releases'
     files are mostly in quiet runs. As for a build, a file of a quiet run rewritten in place is then found by a
-    full listing only (the nightly refresh). known: the run partitions Dagster has.
+    full listing only (the nightly refresh). known: the run partitions Dagster has (partition_key of each run id).
     """
-    runs, _, problems = find_run_folders(release_roots)
-    changes = ReleaseChanges(sorted(set(runs) - known), [], {}, {}, {}, problems=problems)
+    runs, _, problems = find_run_folders(release_roots, warehouse=warehouse)
+    by_key = runs_by_partition(runs)
+    changes = ReleaseChanges(sorted(run_id for key, run_id in by_key.items() if key not in known), [], {}, {}, {},
+                             problems=problems)
     for run_id, run in sorted(runs.items()):
         if run_id not in unsettled and unchanged_by_stamps(run, lake) is not None:
             changes.quiet_runs += 1
@@ -117,9 +123,14 @@ def scan_releases(
         others = _digest(sorted([s.source_path, s.reason] for s in listing.skipped))
         if changed or removed or held.others not in ("", others):
             changes.runs_to_ingest[run_id] = dict(sorted({**changed, **removed}.items()))
-    # A release root that is missing for a moment (an unmounted disk) must not look like its runs were deleted.
-    if not any("does not exist" in p for p in problems):
-        changes.gone_runs = sorted(known - set(runs))
+    gone = sorted(known - set(by_key))
+    # A release missing for a moment (an unmounted disk), emptied or left out must not look like its runs were
+    # deleted (pipelines.removals).
+    if gone:
+        root_problems = [problem for root in release_roots if (problem := release_problem(root))]
+        changes.refusal = root_problems[0] if root_problems else removal_refusal(release_roots, runs, lake,
+                                                                                 remove_releases)
+        changes.gone_runs = [] if changes.refusal else gone
     return changes
 
 
@@ -128,7 +139,7 @@ def release_sensor_result(
 ) -> tuple[list[dg.RunRequest], list]:
     """The run requests and partition changes for one tick's changes; none for a run partition whose ingest run is
     queued or running (ingesting): until it is done, the lake does not hold the files this tick found again."""
-    add = changes.new_runs
+    add = [partition_key(run_id) for run_id in changes.new_runs]
     delete = sorted(set(changes.gone_runs) & known_partitions)
     requests = []
     if changes.new_runs or changes.gone_runs:
@@ -137,18 +148,19 @@ def release_sensor_result(
         requests.append(dg.RunRequest(run_key=f"release_runs@{tick}", job_name=scan_releases_job.name,
                                       tags={REFRESHES_TAG: f"the run list: {what}"}))
     for run_id, files in sorted(changes.runs_to_ingest.items()):
-        if run_id in ingesting:
+        if (key := partition_key(run_id)) in ingesting:
             continue
         requests.append(dg.RunRequest(
-            run_key=f"{run_id}@{tick}", job_name=ingest_runs_job.name,
-            partition_key=run_id, tags={REFRESHES_TAG: f"lake partition {run_id}: {len(files)} new, changed or "
-                                                       f"removed epoch file(s)"}))
+            run_key=f"{key}@{tick}", job_name=ingest_runs_job.name,
+            partition_key=key, tags={REFRESHES_TAG: f"lake partition {run_id}: {len(files)} new, changed or "
+                                                    f"removed epoch file(s)"}))
     # A partition new to this Dagster instance is materialized once even if the lake is already up to date
     # (built by the CLI, say), so that the models downstream do not wait on a partition that looks missing.
-    for run_id in add:
-        if run_id not in changes.runs_to_ingest and run_id not in changes.waiting and run_id not in ingesting:
+    for run_id in changes.new_runs:
+        key = partition_key(run_id)
+        if run_id not in changes.runs_to_ingest and run_id not in changes.waiting and key not in ingesting:
             requests.append(dg.RunRequest(
-                run_key=f"{run_id}@{tick}", job_name=ingest_runs_job.name, partition_key=run_id,
+                run_key=f"{key}@{tick}", job_name=ingest_runs_job.name, partition_key=key,
                 tags={REFRESHES_TAG: f"lake partition {run_id}: new to this Dagster instance"}))
     partition_requests = []
     if add:
@@ -177,27 +189,35 @@ def skip_reason(changes: ReleaseChanges, runs: int) -> str:
             + (f" ({changes.quiet_runs} quiet, not listed)" if changes.quiet_runs else ""))
 
 
-_interval = WarehouseConfig.from_env().sensor_interval_seconds
+def release_files_sensor(interval_seconds: int) -> dg.SensorDefinition:
+    """The release sensor, looking every interval_seconds (the configuration's sensor_interval_seconds)."""
+
+    @dg.sensor(
+        name="release_files_sensor",
+        jobs=[scan_releases_job, ingest_runs_job],
+        minimum_interval_seconds=interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            f"Looks at the release folders every {interval_seconds} s. Adds a run partition per new run folder "
+            "(scan_releases), and launches ingest_runs for a run whose epoch files were added, changed or removed, "
+            "once they have stopped changing: a file still being written waits. Its cursor holds only the tick and a "
+            "digest per run with files still being written; what was ingested is in the lake's manifests."
+        ),
+    )
+    def release_files(context: dg.SensorEvaluationContext, warehouse: WarehouseConfig) -> dg.SensorResult:
+        """Adds a partition per new run folder and ingests the runs whose epoch files settled after a change."""
+        return evaluate_release_sensor(context, warehouse)
+
+    return release_files
 
 
-@dg.sensor(
-    jobs=[scan_releases_job, ingest_runs_job],
-    minimum_interval_seconds=_interval,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description=(
-        f"Looks at the release folders every {_interval} s. Adds a run partition per new run folder (scan_releases), "
-        "and launches ingest_runs for a run whose epoch files were added, changed or removed, once they have stopped "
-        "changing: a file still being written waits. Its cursor holds only the tick and a digest per run with files "
-        "still being written; what was ingested is in the lake's manifests."
-    ),
-)
-def release_files_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseConfig) -> dg.SensorResult:
-    """Adds a partition per new run folder and ingests the runs whose epoch files settled after a change."""
+def evaluate_release_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseConfig) -> dg.SensorResult:
+    """One tick of the release sensor."""
     tick, unsettled = parse_cursor(context.cursor)
     known = set(context.instance.get_dynamic_partitions(run_partitions.name))
     changes = scan_releases(
         warehouse.release_roots(), lake_dir(warehouse.warehouse), known, unsettled, time.time_ns(),
-        warehouse.settle_seconds * 10**9,
+        warehouse.settle_seconds * 10**9, warehouse=warehouse.warehouse, remove_releases=warehouse.remove_releases,
     )
     requests, partition_requests = release_sensor_result(changes, tick, known, ingesting_partitions(context.instance))
     for run_id, files in changes.runs_to_ingest.items():
@@ -206,6 +226,8 @@ def release_files_sensor(context: dg.SensorEvaluationContext, warehouse: Warehou
         context.log.info(f"{run_id}: waiting for {len(files)} file(s) still being written")
     if changes.gone_runs:
         context.log.info(f"run folder(s) gone: {', '.join(changes.gone_runs)}")
+    if changes.refusal:
+        context.log.warning(changes.refusal)
     runs = len(known | set(changes.new_runs)) - len(changes.gone_runs)
     return dg.SensorResult(
         run_requests=requests,

@@ -1,0 +1,160 @@
+"""A value no build can use is refused before any work starts, on one line naming it, with exit status 2; a build
+that would remove runs by mistake is refused; a failure inside a Dagster step reaches the user as its own cause."""
+
+import os
+
+import dagster as dg
+import pytest
+
+from conftest import epoch_document, write_epoch_file
+from pipelines.build import failure_reason
+from pipelines.cli import main
+from pipelines.defs.resources import WarehouseConfig
+from pipelines.lake import ingest_runs
+from pipelines.release.discover import find_run_folders
+from pipelines.removals import removal_refusal
+from pipelines.settings import ConfigError
+
+
+@pytest.fixture
+def release(tmp_path):
+    for run in ("run_a", "run_b"):
+        write_epoch_file(tmp_path / "rel" / run, 0, epoch_document(0, n=2))
+    return tmp_path / "rel"
+
+
+CASES = [
+    (["--workers", "-1"], {}, "--workers must be 0 (one per core) or more, not -1"),
+    (["--wait", "-5"], {}, "--wait must be 0 or more seconds, not -5.0"),
+    (["--wait", "nan"], {}, "--wait must be 0 or more seconds, not nan"),
+    ([], {"GRPO_WORKERS": "two"}, "GRPO_WORKERS='two' is not a whole number"),
+    ([], {"GRPO_WORKERS": "-3"}, "workers (GRPO_WORKERS) must be 0 or more (ingest processes; 0: one per core), not -3"),
+    ([], {"GRPO_QUIET_SECONDS": "1h"}, "GRPO_QUIET_SECONDS='1h' is not a whole number"),
+    ([], {"GRPO_SETTLE_SECONDS": "-1"}, "settle_seconds (GRPO_SETTLE_SECONDS) must be 0 or more (seconds), not -1"),
+    ([], {"GRPO_SENSOR_INTERVAL": "0"}, "sensor_interval_seconds (GRPO_SENSOR_INTERVAL) must be 1 or more"),
+    ([], {"GRPO_DUCKDB_MEMORY_LIMIT": "lots"},
+     "duckdb_memory_limit (GRPO_DUCKDB_MEMORY_LIMIT) 'lots' is not a DuckDB memory size such as 512MB or 2GB"),
+    (["--release", "{tmp}/missing"], {}, "release folder {tmp}/missing does not exist"),
+    (["--release", "{tmp}/rel/run_a"], {},
+     "release folder {tmp}/rel/run_a holds epoch documents itself: it is a run folder; give the folder that holds "
+     "the run folders instead (--release {tmp}/rel)"),
+    (["--registry", "{tmp}/missing.csv"], {}, "{tmp}/missing.csv: cannot read the registry: No such file or directory"),
+    (["--warehouse", "{tmp}/a_file"], {}, "the warehouse {tmp}/a_file is a file, not a folder"),
+    (["--warehouse", "{tmp}/a_file/wh"], {}, "cannot write in the warehouse folder {tmp}/a_file/wh: Not a directory"),
+    (["--warehouse", "{tmp}/x\\y[1]"], {}, "the warehouse path {tmp}/x\\y[1] holds both a backslash and one of * ? ["),
+]
+
+
+@pytest.mark.parametrize(("args", "environment", "message"), CASES)
+def test_a_bad_value_is_refused_on_one_line_before_any_work(tmp_path, release, capsys, monkeypatch, args,
+                                                             environment, message):
+    (tmp_path / "a_file").write_text("")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+    argv = ["build", *args] if "--release" in args else ["build", "--release", str(release), *args]
+    if "--warehouse" not in args:
+        argv += ["--warehouse", str(tmp_path / "wh")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"grpo-warehouse build: {message.replace('{tmp}', str(tmp_path))}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "wh").exists()  # checked before any work: not even the warehouse folder made
+
+
+def test_sql_refuses_max_rows_below_one(capsys):
+    assert main(["sql", "select 1", "--max-rows", "0"]) == 2
+    assert capsys.readouterr().err == "grpo-warehouse sql: --max-rows must be 1 or more, not 0\n"
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("ema_weight", 1.5, "ema_weight must be between 0 and 1, not 1.5"),
+    ("ci_level", 1.0, "ci_level must be between 0 and 1 (exclusive), not 1.0"),
+    ("bootstrap_reps", 0, "bootstrap_reps must be 1 or more (replicates), not 0"),
+    ("rolling_window", -2, "rolling_window must be 1 or more (epochs), not -2"),
+    ("max_file_bytes", 0, "max_file_bytes must be 1 or more (bytes), not 0"),
+    ("reward_tolerance", float("nan"), "reward_tolerance must be a finite number, not nan"),
+])
+def test_every_parameter_is_checked(field, value, message):
+    with pytest.raises(ConfigError) as refused:
+        WarehouseConfig(**{field: value}).check()
+    assert str(refused.value) == message
+
+
+def test_a_flag_overrides_a_bad_variable(monkeypatch):
+    config = WarehouseConfig.from_env({"GRPO_WORKERS": "many", "GRPO_SETTLE_SECONDS": "5"}, workers=2)
+    assert (config.workers, config.settle_seconds) == (2, 5)
+
+
+def _lake_of(release, lake):
+    runs, _, _ = find_run_folders([release])
+    ingest_runs(list(runs.values()), lake, 1 << 20, workers=1)
+
+
+def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp_path, release):
+    lake = tmp_path / "lake"
+    _lake_of(release, lake)
+
+    def refusal(roots, remove=()):
+        runs, _, _ = find_run_folders(roots)
+        return removal_refusal(roots, runs, lake, remove)
+
+    # One run folder gone from a release that still holds runs: it leaves, as it always did.
+    (release / "run_b").rename(tmp_path / "run_b_moved")
+    assert refusal([release]) is None
+    (release / "run_a").rename(tmp_path / "run_a_moved")
+    assert refusal([release]) == (
+        f"release folder {release} holds no run folder: refusing to remove the warehouse's 2 run(s) of release "
+        "'rel' (run_a, run_b) (an unmounted disk? a typo?); to remove them, add --remove-release rel")
+    release.rmdir()
+    assert refusal([release]).startswith(f"release folder {release} does not exist: refusing to remove")
+    other = tmp_path / "other"
+    write_epoch_file(other / "run_c", 0)
+    assert refusal([other]) == (
+        "the warehouse holds 2 run(s) of release 'rel' (run_a, run_b), and no release given is 'rel': refusing to "
+        "remove them; to remove them, add --remove-release rel")
+    assert refusal([other], remove=["rel"]) is None
+    assert refusal([release], remove=["rel"]) is None
+
+
+def test_a_warehouse_inside_a_release_is_not_a_run(tmp_path, release):
+    (release / "wh" / "lake").mkdir(parents=True)
+    runs, entries, _ = find_run_folders([release], warehouse=release / "wh")
+    assert sorted(runs) == ["run_a", "run_b"]
+    assert [(e.source_path, e.reason) for e in entries] == [
+        ("rel/wh", "the warehouse folder, or a folder holding it; not a run")]
+    runs, _, _ = find_run_folders([release], warehouse=release / "wh" / "lake")  # a folder holding it, too
+    assert sorted(runs) == ["run_a", "run_b"]
+
+
+def test_a_step_failure_is_reported_by_its_own_error(tmp_path):
+    missing = tmp_path / "gone" / "file"
+
+    @dg.asset
+    def reads_a_file():
+        return missing.read_text()
+
+    @dg.asset
+    def refuses():
+        raise ConfigError("the registry says no")
+
+    assert failure_reason(dg.materialize([reads_a_file], raise_on_error=False)) == (
+        f"the build failed in reads_a_file: FileNotFoundError: [Errno 2] No such file or directory: '{missing}'")
+    assert failure_reason(dg.materialize([refuses], raise_on_error=False)) == (
+        "the build failed in refuses: the registry says no")
+
+
+@pytest.mark.slow
+def test_an_emptied_release_keeps_the_warehouse_until_removal_is_asked_for(tmp_path, release, build, query, capsys):
+    wh = release / "wh"  # a warehouse inside its release is not ingested as a run
+    assert build([release], wh) == 0
+    assert query(wh, "select run_id from dim_runs order by 1") == [("run_a",), ("run_b",)]
+    for run in ("run_a", "run_b"):
+        (release / run).rename(tmp_path / run)  # an unmounted disk: the release is there, its runs are not
+    capsys.readouterr()
+    assert build([release], wh) == 2
+    assert "refusing to remove the warehouse's 2 run(s) of release 'rel'" in capsys.readouterr().err
+    assert query(wh, "select count(*) from fact_epochs") == [(2,)]
+    assert build([release], wh, "--remove-release", "rel") == 0
+    assert query(wh, "select count(*) from dim_runs") == [(0,)]
+    assert query(wh, "select count(*) from fact_epochs") == [(0,)]
