@@ -155,8 +155,6 @@ def _portable(relation, nested_as_json: bool):
 
 
 def run_sql(args) -> int:
-    import shutil
-
     import duckdb
 
     if args.max_rows < 1:
@@ -168,19 +166,61 @@ def run_sql(args) -> int:
     config = {"enable_external_access": False, "lock_configuration": True}
     try:
         with duckdb.connect(str(path), read_only=True, config=config) as con:
-            relation = con.sql(args.query)
-            if relation is None:  # a statement with no result (SET, PRAGMA, ...)
-                return 0
-            if args.format == "csv":
-                sys.stdout.write(_portable(relation, nested_as_json=True).pl().write_csv())
-            elif args.format == "json":
-                sys.stdout.write(_portable(relation, nested_as_json=False).pl().write_json() + "\n")
-            else:
-                width = shutil.get_terminal_size((200, 40)).columns
-                relation.show(max_width=width, max_rows=args.max_rows)
+            statements = con.extract_statements(args.query)
+            if len(statements) > 1 and args.format != "table":
+                raise CommandError(f"--format {args.format} prints one result, and the query holds "
+                                   f"{len(statements)} statements: run them one at a time, or with --format table")
+            for number, statement in enumerate(statements):
+                relation = con.sql(statement.query)
+                if relation is None:  # a statement with no result (SET, PRAGMA, ...)
+                    continue
+                if len(statements) > 1:
+                    print(f"{'' if number == 0 else chr(10)}-- statement {number + 1}: {statement.query.strip()}")
+                _print_result(relation, args.format, args.max_rows)
     except duckdb.Error as exc:
         raise CommandError(str(exc).splitlines()[0]) from None
     return 0
+
+
+def _print_result(relation, output_format: str, max_rows: int) -> None:
+    import shutil
+
+    if output_format == "csv":
+        sys.stdout.write(_portable(relation, nested_as_json=True).pl().write_csv())
+    elif output_format == "json":
+        sys.stdout.write(_json_records(_portable(relation, nested_as_json=False).pl()) + "\n")
+    else:
+        width = shutil.get_terminal_size((200, 40)).columns
+        relation.show(max_width=width, max_rows=max_rows)
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _json_records(frame) -> str:
+    """The rows as a JSON list of records. JSON has no NaN or infinity, and polars writes them as null: they are
+    written as the strings "NaN", "Infinity" and "-Infinity", so that a null stays the only null."""
+    import json
+    import math
+
+    def plain(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return _NON_FINITE[repr(value)]
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [plain(item) for item in value]
+        return value
+
+    import polars as pl
+
+    floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
+    nested = any(dtype.is_nested() for dtype in frame.schema.values())  # may hold a float anywhere: looked through
+    if not nested and not (floats and frame.select(pl.any_horizontal(
+            [(~pl.col(name).is_finite()).any() for name in floats])).item()):
+        return frame.write_json()
+    return json.dumps([plain(row) for row in frame.to_dicts()], separators=(",", ":"), ensure_ascii=False,
+                      default=lambda value: value.isoformat() if hasattr(value, "isoformat") else str(value))
 
 
 if __name__ == "__main__":

@@ -189,6 +189,9 @@ class _Outcome:
     status: str
     reason: str | None
     epoch: int | None
+    # Its change time: a same-size rewrite whose mtime was set back (touch -r, cp -p) cannot set it back. 0: unknown
+    # (a manifest written before it was kept), not compared.
+    ctime_ns: int = 0
 
 
 def read_manifest(lake: Path, run_id: str) -> dict:
@@ -470,6 +473,7 @@ def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dic
     changed = [
         f for f in listing.epoch_files
         if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
+        or o.get("ctime_ns", 0) not in (0, f.ctime_ns)
         or o["status"] != "loaded" and _worth_retrying(o, f, max_file_bytes)
     ]
     removed = sorted(files.keys() - {f.source_path for f in listing.epoch_files})
@@ -525,16 +529,18 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
             new_errors.append(_error(run_id, file.source_path, file.epoch_in_name, exc.error_kind,
                                      "error", exc.message, "quarantined: not loaded"))
             outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "quarantined", exc.error_kind,
-                                                  file.epoch_in_name)
+                                                  file.epoch_in_name, ctime_ns=file.ctime_ns)
 
         def set_aside(file: EpochFile, reason: str) -> None:
-            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "skipped", reason, None)
+            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "skipped", reason, None,
+                                                  ctime_ns=file.ctime_ns)
 
         def load(file: EpochFile, doc: EpochDoc) -> None:
             for kind, message in doc.warnings:
                 new_errors.append(_error(run_id, file.source_path, doc.epoch, kind, "warning", message, "loaded"))
             status = "loaded_with_warnings" if doc.warnings else "loaded"
-            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch)
+            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch,
+                                                  ctime_ns=file.ctime_ns)
             columns.add(file, doc)
 
         # The new and changed files are parsed and merged with the run's stored rows. When a file was rewritten or
@@ -563,7 +569,7 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
                         fast = not parse_warnings and columns.add_parsed(file, parsed)
                     if fast:
                         outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "loaded", None,
-                                                              file.epoch_in_name)
+                                                              file.epoch_in_name, ctime_ns=file.ctime_ns)
                         continue
                     doc = _check_document(file, parsed, parse_warnings)
                 except NotAnEpochDocument as exc:
@@ -603,12 +609,12 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
             _inventory_errors(run_id, listing.skipped),
             _missing_document_errors(run_id, current, {path: vars(o) for path, o in outcomes.items()}),
         ])
-        errors = errors.filter(pl.col("error_kind") != "type_drift")
+        errors = errors.filter(~pl.col("error_kind").is_in(["type_drift", "extra_length_mismatch"]))
         errors = _concat([errors, pl.DataFrame(
             [_error(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
-             for note in notes],
+             for note in notes] + _length_mismatches(run_id, epochs, trajectories),
             schema=ERROR_COLUMNS,
-        )]) if notes else errors
+        )])
 
         epochs, trajectories = _in_order(epochs, trajectories)
         for table, frame in (("epochs", epochs), ("trajectories", trajectories)):
@@ -636,6 +642,28 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
         write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
         _write_stamps(lake, run_id, _stamps_record(listing, unsettled, manifest["rows"], quiet_seconds))
         return _result(run_id, True, n_parsed, quarantined, lake, started, epochs, trajectories)
+
+
+def _length_mismatches(run_id: str, epochs: pl.DataFrame, trajectories: pl.DataFrame) -> list[dict]:
+    """A warning per document whose list extra has another length than its trajectory count, where other documents
+    of the run give that key one value per trajectory: the key is per-trajectory, and this document's values went
+    to fact_epochs as JSON text instead of to fact_trajectories."""
+    rows = []
+    for column in [c for c in epochs.columns if c in trajectories.columns and c not in EPOCH_COLUMNS]:
+        if epochs[column].dtype != pl.String:
+            continue
+        for path, epoch, n, text in epochs.filter(pl.col(column).is_not_null()).select(
+                "source_path", "epoch", "n_trajectories", column).iter_rows():
+            try:
+                values = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(values, list):
+                rows.append(_error(
+                    run_id, path, epoch, "extra_length_mismatch", "warning",
+                    f"per-trajectory extra `{column}` holds {len(values)} value(s) for {n} trajectories",
+                    f"loaded: its values kept as JSON text in fact_epochs.{column}, null in fact_trajectories"))
+    return rows
 
 
 def _may_differ_from_a_fresh_parse(frame: pl.DataFrame, kinds: ColumnKinds, schema: dict) -> bool:

@@ -55,3 +55,25 @@ def test_a_query_loads_neither_dagster_nor_polars(warehouse):
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_json_keeps_nan_and_infinities_apart_from_null(warehouse, capsys):
+    query = ("select * from (values (1, 'nan'::double, ['inf'::double, 1.0]), (2, 'inf'::double, []),"
+             " (3, '-inf'::double, [null]), (4, null, null), (5, 2.5, [2.0])) t(k, x, xs) order by k")
+    assert main(["sql", query, "--warehouse", str(warehouse), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"k": 1, "x": "NaN", "xs": ["Infinity", 1.0]}, {"k": 2, "x": "Infinity", "xs": []},
+        {"k": 3, "x": "-Infinity", "xs": [None]}, {"k": 4, "x": None, "xs": None}, {"k": 5, "x": 2.5, "xs": [2.0]}]
+
+
+def test_several_statements_each_print_as_tables_and_are_refused_in_one_result_formats(warehouse, capsys):
+    query = "select 'first' as one; select 'second' as two"
+    assert main(["sql", query, "--warehouse", str(warehouse)]) == 0
+    out = capsys.readouterr().out
+    assert "-- statement 1: select 'first' as one;" in out and "│ first   │" in out
+    assert "-- statement 2: select 'second' as two" in out and "│ second  │" in out
+    for output_format in ("csv", "json"):
+        assert main(["sql", query, "--warehouse", str(warehouse), "--format", output_format]) == 2
+        assert capsys.readouterr().err == (
+            f"grpo-warehouse sql: --format {output_format} prints one result, and the query holds 2 statements: run "
+            "them one at a time, or with --format table\n")

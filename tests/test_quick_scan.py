@@ -8,12 +8,12 @@ import json
 import os
 import time
 
+import polars as pl
 import pytest
 
 import pipelines.lake
 from conftest import epoch_document
-import pipelines.lake
-from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, stamps_file
+from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, partition_file, stamps_file
 from pipelines.lake import unchanged_by_stamps
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
@@ -256,3 +256,18 @@ def test_a_run_whose_folder_is_gone_is_named_and_leaves_no_stamps(quiet_release)
     assert select_runs(runs_of(release), lake, 10**6).stale == ["run_a"]
     pipelines.lake.remove_run(lake, "run_a")
     assert stamps(lake, "run_a") is None and stamps(lake, "run_b") is not None
+
+
+def test_a_full_scan_finds_a_same_size_rewrite_whose_mtime_was_set_back(tmp_path, write_epoch):
+    """touch -r: the file's size and mtime are as before the rewrite; its change time is not."""
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    path = write_epoch(release / "run_a", 0, epoch_document(0, n=4))
+    ingest(release, lake)
+    before = path.stat()
+    rewritten = json.dumps(epoch_document(0, n=4)).replace('"loss": 0.5', '"loss": 0.7')
+    assert len(rewritten) == before.st_size
+    path.write_text(rewritten)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert ingest(release, lake, full_scan=True)["run_a"].files_parsed == 1
+    assert pl.read_parquet(partition_file(lake, "epochs", "run_a"))["loss"].to_list() == [0.7]

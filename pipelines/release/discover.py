@@ -49,6 +49,7 @@ class EpochFile:
     # 0 when unknown.
     device: int = 0
     inode: int = 0
+    ctime_ns: int = 0  # its change time, which no writer can set back; 0 when unknown
 
     @property
     def path(self) -> Path:
@@ -220,7 +221,7 @@ def list_run(run: RunFolder) -> RunListing:
             skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
             return
         epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns,
-                                     st.st_dev, st.st_ino))
+                                     st.st_dev, st.st_ino, st.st_ctime_ns))
         changed_at_ns = max(changed_at_ns, st.st_ctime_ns)
 
     def list_epoch_folder(inner_entries: list[os.DirEntry], folder_path: str, digits: str) -> None:

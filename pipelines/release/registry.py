@@ -45,31 +45,54 @@ def infer_from_name(run_id: str) -> dict:
 
 
 def read_registry(path: Path) -> pl.DataFrame:
-    """A registry CSV with run_id and any of the other registry columns, typed."""
+    """A registry CSV with run_id and any of the other registry columns (REGISTRY_COLUMNS), typed and checked:
+    group_size a positive whole number, fp_per_group a whole number from 0 to the group size. A RegistryError names
+    the file, the CSV line and the problem."""
     try:
-        frame = pl.read_csv(path, infer_schema=False)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise RegistryError(f"{path}: cannot read the registry: {exc}") from None
+        # Read as bytes: polars would take `*`, `?` or `[` in the path as a pattern.
+        frame = pl.read_csv(Path(path).read_bytes(), infer_schema=False)
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    except pl.exceptions.PolarsError as exc:
+        raise RegistryError(f"{path}: not a CSV file: {str(exc).splitlines()[0]}") from None
     if "run_id" not in frame.columns:
         raise RegistryError(f"{path}: the registry has no `run_id` column (columns: {', '.join(frame.columns)})")
     unknown = [c for c in frame.columns if c not in REGISTRY_COLUMNS]
     if unknown:
-        raise RegistryError(f"{path}: unknown registry column(s) {', '.join(unknown)}; expected {', '.join(REGISTRY_COLUMNS)}")
-    duplicated = frame.filter(pl.col("run_id").is_duplicated())["run_id"].unique().to_list()
-    if duplicated:
-        raise RegistryError(f"{path}: run(s) listed twice: {', '.join(sorted(duplicated))}")
-    casts = []
-    for column in frame.columns:
-        expr = pl.col(column).str.strip_chars().replace("", None)
-        if RUN_COLUMNS[column] == pl.Int64:
-            expr = expr.cast(pl.Int64, strict=False)
-        casts.append(expr.alias(column))
-    typed = frame.select(casts)
-    for column in frame.columns:
-        bad = frame.filter(pl.col(column).str.strip_chars().replace("", None).is_not_null() & typed[column].is_null())
-        if bad.height:
-            raise RegistryError(f"{path}: `{column}` is not a whole number for run {bad['run_id'][0]!r}: {bad[column][0]!r}")
-    return typed
+        raise RegistryError(f"{path}: unknown registry column(s) {', '.join(unknown)}; known: {', '.join(REGISTRY_COLUMNS)}")
+    # Line numbers as a person counts them in the file: the header is line 1.
+    frame = frame.with_row_index("line", offset=2)
+    typed = frame.select("line", *(_typed(column) for column in frame.columns if column != "line"))
+    _check_rows(path, frame, typed)
+    return typed.drop("line")
+
+
+def _typed(column: str) -> pl.Expr:
+    expr = pl.col(column).str.strip_chars().replace("", None)
+    return (expr.cast(pl.Int64, strict=False) if RUN_COLUMNS[column] == pl.Int64 else expr).alias(column)
+
+
+def _check_rows(path: Path, frame: pl.DataFrame, typed: pl.DataFrame) -> None:
+    """Raises RegistryError at the first line with a problem."""
+    def refuse(rows: pl.DataFrame, problem: str) -> None:
+        if rows.height:
+            row = rows.row(0, named=True)
+            raise RegistryError(f"{path}, line {row['line']}: {problem.format(**row)}")
+
+    refuse(typed.filter(pl.col("run_id").is_null()), "no run_id")
+    refuse(typed.filter(~pl.col("run_id").is_first_distinct()), "run {run_id!r} is listed twice (this is its second line)")
+    for column in [c for c in typed.columns if c != "line" and RUN_COLUMNS[c] == pl.Int64]:
+        written = frame[column].str.strip_chars().replace("", None)
+        refuse(frame.filter(written.is_not_null() & typed[column].is_null()),
+               f"`{column}` of run {{run_id!r}} is not a whole number: {{{column}!r}}")
+    if "group_size" in typed.columns:
+        refuse(typed.filter(pl.col("group_size") < 1),
+               "`group_size` of run {run_id!r} must be 1 or more, not {group_size}")
+    if "fp_per_group" in typed.columns:
+        size = pl.col("group_size") if "group_size" in typed.columns else pl.lit(None)
+        refuse(typed.with_columns(size.fill_null(DEFAULT_GROUP_SIZE).alias("size")).filter(
+            (pl.col("fp_per_group") < 0) | (pl.col("fp_per_group") > pl.col("size"))),
+            "`fp_per_group` of run {run_id!r} must be from 0 to its group size, {size}, not {fp_per_group}")
 
 
 def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -> pl.DataFrame:

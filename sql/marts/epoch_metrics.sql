@@ -37,15 +37,16 @@ groups as (
 ),
 
 -- `order by` in the aggregates fixes the summation order, so parallel execution cannot change the last bits
--- and a rebuild gives identical numbers
+-- and a rebuild gives identical numbers. A mean sums values divided by 2^32 (exact for a float, and the same
+-- bits), so that finite rewards whose sum overflows (every reward 1e308) still have their finite mean.
 reward_stats as (
     select
         run_id,
         epoch,
-        avg(reward order by traj_index) filter (where isfinite(reward)) as mean_reward,
+        avg(reward / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as mean_reward,
         stddev_samp(reward order by traj_index) filter (where isfinite(reward)) as reward_std,
         count(*) filter (where not coalesce(isfinite(reward), false)) as n_nonfinite_rewards,
-        avg(advantage order by traj_index) filter (where isfinite(advantage)) as mean_advantage
+        avg(advantage / 4294967296 order by traj_index) filter (where isfinite(advantage)) * 4294967296 as mean_advantage
     from trajectories
     group by run_id, epoch
 ),
@@ -131,7 +132,7 @@ final as (
         joined.mean_group_reward_std,
         joined.frac_zero_std_groups,
         ema_steps.reward_ema,
-        avg(joined.mean_reward) over (
+        4294967296 * avg(joined.mean_reward / 4294967296) over (
             partition by joined.run_id
             order by joined.epoch
             rows between getvariable('rolling_window') - 1 preceding and current row

@@ -1,4 +1,5 @@
--- One row per run × epoch × GRPO group (group_index = traj_index // group_size): its size, reward mean and
+-- One row per run × epoch × GRPO group (group_index = traj_index // group_size): its size (is_partial: fewer than
+-- group_size trajectories, the last group of an epoch whose count group_size does not divide), reward mean and
 -- sample std over the finite rewards, whether it carries no learning signal (2+ finite rewards, all equal),
 -- and whether its advantages are normalised within the group. The advantage test is convention-agnostic
 -- (trainers differ on the std's ddof and epsilon): over the trajectories with a finite reward, the advantages
@@ -16,7 +17,12 @@ with trajectories as (
     from fact_trajectories
 ),
 
--- `order by` in the sums fixes their order, so parallel execution cannot change the last bits of a rebuild
+runs as (
+    select run_id, group_size from dim_runs
+),
+
+-- `order by` in the sums fixes their order, so parallel execution cannot change the last bits of a rebuild; a
+-- mean sums values divided by 2^32 (exact), so that a sum past the largest float leaves the mean finite
 groups as (
     select
         run_id,
@@ -24,11 +30,11 @@ groups as (
         group_index,
         count(*) as n_trajectories,
         count(*) filter (where isfinite(reward)) as n_finite_rewards,
-        avg(reward order by traj_index) filter (where isfinite(reward)) as reward_mean,
+        avg(reward / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as reward_mean,
         stddev_samp(reward order by traj_index) filter (where isfinite(reward)) as reward_std,
         min(reward) filter (where isfinite(reward)) as reward_min,
         max(reward) filter (where isfinite(reward)) as reward_max,
-        avg(advantage order by traj_index) filter (where isfinite(reward)) as advantage_mean,
+        avg(advantage / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as advantage_mean,
         max(abs(advantage)) filter (where isfinite(reward)) as advantage_max_abs,
         count(*) filter (where isfinite(reward) and not coalesce(isfinite(advantage), false)) as n_bad_advantages,
         corr(reward, advantage order by traj_index) filter (where isfinite(reward) and isfinite(advantage)) as advantage_reward_corr
@@ -74,6 +80,7 @@ final as (
         epoch,
         group_index,
         n_trajectories,
+        n_trajectories < group_size as is_partial,
         n_finite_rewards,
         reward_mean,
         reward_std,
@@ -83,6 +90,7 @@ final as (
         advantage_problem is null as advantages_consistent,
         advantage_problem
     from judged
+    inner join runs using (run_id)
 )
 
 select * from final

@@ -65,7 +65,8 @@ final as (
         count(distinct epoch) as n_epochs,
         count(*) as n_trajectories,
         -- ordered sums: identical numbers on every rebuild, whatever the thread count
-        avg(reward order by epoch, traj_index) filter (where isfinite(reward)) as mean_reward,
+        -- divided by 2^32 (exact) and back: a sum past the largest float leaves the mean finite
+        avg(reward / 4294967296 order by epoch, traj_index) filter (where isfinite(reward)) * 4294967296 as mean_reward,
         stddev_samp(reward order by epoch, traj_index) filter (where isfinite(reward)) as reward_std
     from windowed
     group by run_id, window_start, breakdown, level

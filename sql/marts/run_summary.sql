@@ -36,14 +36,15 @@ runs as (
     from dim_runs
 ),
 
--- `order by` in the averages fixes their summation order: a rebuild gives identical numbers at any thread count
+-- `order by` in the averages fixes their summation order: a rebuild gives identical numbers at any thread count;
+-- they sum values divided by 2^32 (exact), so that a sum past the largest float leaves the mean finite
 spans as (
     select
         run_id,
         min(epoch) as first_epoch,
         max(epoch) as last_epoch,
         count(*) as n_epochs,
-        avg(mean_reward order by epoch) as auc_reward,
+        avg(mean_reward / 4294967296 order by epoch) * 4294967296 as auc_reward,
         max(reward_ema) filter (where isfinite(reward_ema)) as peak_reward_ema
     from epochs
     group by run_id
@@ -78,8 +79,10 @@ ranked as (
 windows as (
     select
         run_id,
-        avg(mean_reward order by epoch) filter (where rank_from_last <= getvariable('final_window')) as final_reward,
-        avg(mean_reward order by epoch) filter (where rank_from_horizon <= getvariable('final_window')) as matched_reward,
+        avg(mean_reward / 4294967296 order by epoch) filter (where rank_from_last <= getvariable('final_window')) * 4294967296
+            as final_reward,
+        avg(mean_reward / 4294967296 order by epoch) filter (where rank_from_horizon <= getvariable('final_window')) * 4294967296
+            as matched_reward,
         max(epoch) filter (where rank_from_horizon is not null) as matched_epoch,
         -- "reaching" the peak allows for rounding: the debiased EMA of a flat curve wobbles in the last bits
         min(epoch) filter (where reward_ema >= peak_reward_ema - 1e-12 * greatest(1, abs(peak_reward_ema))) as peak_epoch

@@ -24,12 +24,18 @@ duplicate_documents as (
     where copies.copy_rank > 1
 ),
 
+value_problems as (
+    select * from value_warnings
+),
+
 unioned as (
     select * from file_problems
     union all by name
     select * from release_problems
     union all by name
     select * from duplicate_documents
+    union all by name
+    select * from value_problems
 ),
 
 final as (

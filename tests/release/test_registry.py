@@ -83,3 +83,31 @@ def test_a_registry_groups_seeds_into_arms(tmp_path):
     registry.write_text("run_id,ablation,arm\nbase,abl,config\nbase_s001,abl,config\n")
     dim = build_dim_runs(runs("base", "base_s001", "other"), [registry])
     assert dict(zip(dim["run_id"], dim["arm"])) == {"base": "config", "base_s001": "config", "other": "other"}
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("run_id,group_size\na,8\nb,x\n", "line 3: `group_size` of run 'b' is not a whole number: 'x'"),
+    ("run_id,group_size\na,8.5\n", "line 2: `group_size` of run 'a' is not a whole number: '8.5'"),
+    ("run_id,group_size\na,0\n", "line 2: `group_size` of run 'a' must be 1 or more, not 0"),
+    ("run_id,group_size\na,-4\n", "line 2: `group_size` of run 'a' must be 1 or more, not -4"),
+    ("run_id,group_size,fp_per_group\na,4,4\nb,4,5\n",
+     "line 3: `fp_per_group` of run 'b' must be from 0 to its group size, 4, not 5"),
+    ("run_id,fp_per_group\na,9\n", "line 2: `fp_per_group` of run 'a' must be from 0 to its group size, 8, not 9"),
+    ("run_id,fp_per_group\na,-1\n", "line 2: `fp_per_group` of run 'a' must be from 0 to its group size, 8, not -1"),
+    ("run_id,label\na,x\nb,y\na,z\n", "line 4: run 'a' is listed twice (this is its second line)"),
+    ("run_id,label\n,x\n", "line 2: no run_id"),
+    ("run_id,arm_x\na,1\n",
+     "unknown registry column(s) arm_x; known: run_id, reward_family, fp_per_group, group_size, ablation, label, arm"),
+])
+def test_a_registry_value_no_build_can_use_is_refused_with_its_line(tmp_path, text, problem):
+    registry = tmp_path / "runs[1].csv"  # a glob character in the name: read as given
+    registry.write_text(text)
+    with pytest.raises(RegistryError) as refused:
+        read_registry(registry)
+    assert str(refused.value) == f"{registry}{', ' if problem.startswith('line') else ': '}{problem}"
+
+
+def test_the_edges_of_the_ranges_are_accepted(tmp_path):
+    registry = tmp_path / "runs.csv"
+    registry.write_text("run_id,group_size,fp_per_group\na,1,0\nb,1,1\nc,,8\n")
+    assert read_registry(registry).rows() == [("a", 1, 0), ("b", 1, 1), ("c", None, 8)]
