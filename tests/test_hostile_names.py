@@ -40,7 +40,8 @@ def _write_release(release, runs: dict[str, list[int]]) -> None:
     """Each run folder with one epoch file per entry, holding that many trajectories."""
     for name, sizes in runs.items():
         for epoch, n in enumerate(sizes):
-            write_epoch_file(release / name, epoch, epoch_document(epoch, n=n), layout="file" if epoch % 2 else "folder")
+            layout = "file" if epoch % 2 else "folder"
+            write_epoch_file(release / name, epoch, epoch_document(epoch, n=n), layout=layout)
 
 
 def _lake_counts(lake) -> dict[str, tuple[int, int]]:

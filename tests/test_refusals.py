@@ -1,8 +1,6 @@
 """A value no build can use is refused before any work starts, on one line naming it, with exit status 2; a build
 that would remove runs by mistake is refused; a failure inside a Dagster step reaches the user as its own cause."""
 
-import os
-
 import dagster as dg
 import pytest
 
@@ -28,7 +26,8 @@ CASES = [
     (["--wait", "-5"], {}, "--wait must be 0 or more seconds, not -5.0"),
     (["--wait", "nan"], {}, "--wait must be 0 or more seconds, not nan"),
     ([], {"GRPO_WORKERS": "two"}, "GRPO_WORKERS='two' is not a whole number"),
-    ([], {"GRPO_WORKERS": "-3"}, "workers (GRPO_WORKERS) must be 0 or more (ingest processes; 0: one per core), not -3"),
+    ([], {"GRPO_WORKERS": "-3"},
+     "workers (GRPO_WORKERS) must be 0 or more (ingest processes; 0: one per core), not -3"),
     ([], {"GRPO_QUIET_SECONDS": "1h"}, "GRPO_QUIET_SECONDS='1h' is not a whole number"),
     ([], {"GRPO_SETTLE_SECONDS": "-1"}, "settle_seconds (GRPO_SETTLE_SECONDS) must be 0 or more (seconds), not -1"),
     ([], {"GRPO_SENSOR_INTERVAL": "0"}, "sensor_interval_seconds (GRPO_SENSOR_INTERVAL) must be 1 or more"),

@@ -59,7 +59,8 @@ def read_registry(path: Path) -> pl.DataFrame:
         raise RegistryError(f"{path}: the registry has no `run_id` column (columns: {', '.join(frame.columns)})")
     unknown = [c for c in frame.columns if c not in REGISTRY_COLUMNS]
     if unknown:
-        raise RegistryError(f"{path}: unknown registry column(s) {', '.join(unknown)}; known: {', '.join(REGISTRY_COLUMNS)}")
+        raise RegistryError(
+            f"{path}: unknown registry column(s) {', '.join(unknown)}; known: {', '.join(REGISTRY_COLUMNS)}")
     # Line numbers as a person counts them in the file: the header is line 1.
     frame = frame.with_row_index("line", offset=2)
     typed = frame.select("line", *(_typed(column) for column in frame.columns if column != "line"))
@@ -80,7 +81,8 @@ def _check_rows(path: Path, frame: pl.DataFrame, typed: pl.DataFrame) -> None:
             raise RegistryError(f"{path}, line {row['line']}: {problem.format(**row)}")
 
     refuse(typed.filter(pl.col("run_id").is_null()), "no run_id")
-    refuse(typed.filter(~pl.col("run_id").is_first_distinct()), "run {run_id!r} is listed twice (this is its second line)")
+    refuse(typed.filter(~pl.col("run_id").is_first_distinct()),
+           "run {run_id!r} is listed twice (this is its second line)")
     for column in [c for c in typed.columns if c != "line" and RUN_COLUMNS[c] == pl.Int64]:
         written = frame[column].str.strip_chars().replace("", None)
         refuse(frame.filter(written.is_not_null() & typed[column].is_null()),

@@ -74,13 +74,21 @@ judged as (
     from classified
 ),
 
+sized as (
+    select
+        judged.*,
+        judged.n_trajectories < runs.group_size as is_partial
+    from judged
+    inner join runs on judged.run_id = runs.run_id
+),
+
 final as (
     select
         run_id,
         epoch,
         group_index,
         n_trajectories,
-        n_trajectories < group_size as is_partial,
+        is_partial,
         n_finite_rewards,
         reward_mean,
         reward_std,
@@ -89,8 +97,7 @@ final as (
         advantage_reward_corr,
         advantage_problem is null as advantages_consistent,
         advantage_problem
-    from judged
-    inner join runs using (run_id)
+    from sized
 )
 
 select * from final

@@ -5,15 +5,29 @@
 -- an epoch's trajectory count (the last group of such an epoch is partial: group_metrics.is_partial).
 -- incremental: run_id
 with trajectories as (
-    select run_id, epoch, source_path, traj_index, reward, advantage from fact_trajectories
+    select
+        run_id,
+        epoch,
+        source_path,
+        traj_index,
+        reward,
+        advantage
+    from fact_trajectories
 ),
 
 epochs as (
-    select run_id, epoch, n_trajectories from fact_epochs
+    select
+        run_id,
+        epoch,
+        n_trajectories
+    from fact_epochs
 ),
 
 runs as (
-    select run_id, group_size from dim_runs
+    select
+        run_id,
+        group_size
+    from dim_runs
 ),
 
 per_document as (
@@ -40,11 +54,16 @@ nulls as (
         source_path,
         epoch,
         'null_value' as error_kind,
-        concat_ws('; ',
-            case when null_rewards > 0
-                then 'rewards: ' || null_rewards || ' null(s), the first at position ' || first_null_reward end,
-            case when null_advantages > 0
-                then 'advantages: ' || null_advantages || ' null(s), the first at position ' || first_null_advantage end
+        concat_ws(
+            '; ',
+            case
+                when null_rewards > 0
+                    then 'rewards: ' || null_rewards || ' null(s), the first at position ' || first_null_reward
+            end,
+            case
+                when null_advantages > 0
+                    then 'advantages: ' || null_advantages || ' null(s), the first at position ' || first_null_advantage
+            end
         ) as message,
         'loaded: null' as action
     from per_document
@@ -57,13 +76,20 @@ infinities as (
         source_path,
         epoch,
         'infinite_value' as error_kind,
-        concat_ws('; ',
-            case when infinite_rewards > 0
-                then 'rewards: ' || infinite_rewards || ' infinite value(s), the first at position '
-                    || first_infinite_reward end,
-            case when infinite_advantages > 0
-                then 'advantages: ' || infinite_advantages || ' infinite value(s), the first at position '
-                    || first_infinite_advantage end
+        concat_ws(
+            '; ',
+            case
+                when infinite_rewards > 0
+                    then
+                        'rewards: ' || infinite_rewards || ' infinite value(s), the first at position '
+                        || first_infinite_reward
+            end,
+            case
+                when infinite_advantages > 0
+                    then
+                        'advantages: ' || infinite_advantages || ' infinite value(s), the first at position '
+                        || first_infinite_advantage
+            end
         ) || ' (a number too large for a float, such as 1e309, or an Infinity token)' as message,
         'loaded: infinite, left out of the recomputed means' as action
     from per_document
@@ -89,7 +115,7 @@ epochs_with_partial_groups as (
         epochs.n_trajectories,
         runs.group_size
     from epochs
-    inner join runs on runs.run_id = epochs.run_id
+    inner join runs on epochs.run_id = runs.run_id
     where epochs.n_trajectories % runs.group_size != 0
 ),
 
@@ -100,8 +126,8 @@ partial_groups as (
         min(epoch) as epoch,
         'partial_group' as error_kind,
         'group_size ' || any_value(group_size) || ' does not divide the trajectory count of ' || count(*)
-            || ' epoch(s) (epoch ' || min(epoch) || ': ' || arg_min(n_trajectories, epoch)
-            || ' trajectories); the last group of each is partial' as message,
+        || ' epoch(s) (epoch ' || min(epoch) || ': ' || arg_min(n_trajectories, epoch)
+        || ' trajectories); the last group of each is partial' as message,
         'loaded: groups of group_size trajectories in order, the last one smaller (group_metrics.is_partial)'
             as action
     from epochs_with_partial_groups
@@ -109,15 +135,34 @@ partial_groups as (
 ),
 
 final as (
-    select *, 'warning' as severity from nulls
+    select
+        *,
+        'warning' as severity
+    from nulls
     union all by name
-    select *, 'warning' as severity from infinities
+    select
+        *,
+        'warning' as severity
+    from infinities
     union all by name
-    select *, 'warning' as severity from overflows
+    select
+        *,
+        'warning' as severity
+    from overflows
     union all by name
-    select *, 'warning' as severity from partial_groups
+    select
+        *,
+        'warning' as severity
+    from partial_groups
 )
 
-select source_path, run_id, epoch, error_kind, message, severity, action
+select
+    source_path,
+    run_id,
+    epoch,
+    error_kind,
+    message,
+    severity,
+    action
 from final
 order by run_id, source_path, error_kind
