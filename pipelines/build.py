@@ -68,6 +68,7 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     import dagster as dg
 
     from pipelines.definitions import build_definitions
+    from pipelines.defs.ingest.partitions import partition_key
     from pipelines.removals import removal_refusal
     from pipelines.warehouse_db import lake_dir
 
@@ -92,7 +93,8 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
     with instance, _planned_events_per_asset(not persistent):
-        result = _run_job(definitions, instance, set(runs), stale, persistent)
+        result = _run_job(definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)),
+                          persistent)
     if not result.success:
         raise BuildError(failure_reason(result))
     return print_summary(config.warehouse, time.perf_counter() - started)
@@ -117,7 +119,8 @@ def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
 
 
 def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent: bool):
-    """Runs refresh_warehouse over the stale run partitions (and, on a kept instance, those it has never seen)."""
+    """Runs refresh_warehouse over the stale run partitions (and, on a kept instance, those it has never seen); runs
+    and stale are partition keys."""
     from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
 
     job = definitions.resolve_job_def("refresh_warehouse")

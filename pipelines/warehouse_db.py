@@ -76,16 +76,21 @@ def view_files(lake: Path, view: str) -> list[Path]:
 
 def duckdb_path(path: Path) -> str:
     """A path as DuckDB reads it literally: DuckDB expands `*`, `?` and `[` in any path it is given, so each is
-    written as a one-character class (`[*]`). A path that also holds a backslash cannot be written so (DuckDB
-    splits at it), and is refused when the warehouse is configured (readable_by_duckdb)."""
+    written as a one-character class (`[*]`). A warehouse path DuckDB cannot use at all is refused when the
+    warehouse is configured (duckdb_path_problem)."""
     text = str(path)
     return "".join(f"[{c}]" if c in _GLOB_CHARACTERS else c for c in text)
 
 
-def readable_by_duckdb(path: Path) -> bool:
-    """Whether DuckDB can be given files under this folder by their exact paths (duckdb_path)."""
+def duckdb_path_problem(path: Path) -> str | None:
+    """Why DuckDB cannot keep a database under this folder, or None: it takes what follows a `?` in a database's
+    path for options (its write-ahead log goes to `a.wal?b/...`), and a backslash for a folder separator."""
     text = str(path)
-    return "\\" not in text or not _GLOB_CHARACTERS.intersection(text)
+    if "?" in text:
+        return "holds a `?`, after which DuckDB reads a database path as options"
+    if "\\" in text:
+        return "holds a backslash, which DuckDB reads as a folder separator"
+    return None
 
 
 def parquet_source(files: list[Path]) -> str:

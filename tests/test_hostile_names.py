@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from conftest import epoch_document, write_epoch_file
 from pipelines.lake import ingest_runs, lake_runs, remove_run, run_key, select_runs
 from pipelines.release.discover import find_run_folders
-from pipelines.warehouse_db import create_lake_views, duckdb_path, readable_by_duckdb
+from pipelines.warehouse_db import create_lake_views, duckdb_path, duckdb_path_problem
 
 NAME_MAX = 255  # bytes in one path component, on the usual filesystems
 
@@ -110,11 +110,20 @@ def test_duckdb_reads_a_path_with_glob_characters_literally(tmp_path):
             assert con.execute("select x from read_parquet(?)", [path]).fetchall() == [(value,)], name
 
 
-@pytest.mark.parametrize(("path", "readable"), [
-    ("/data/exp=grpo/wh", True), ("/data/w[1]", True), ("/data/back\\slash", True), ("/data/a\\b[1]", False),
+@pytest.mark.parametrize(("name", "usable"), [
+    ("exp=grpo", True), ("w[1]", True), ("a*b", True), ("q'uote", True), ("a#b", True), ("a?b", False),
+    ("back\\slash", False),
 ])
-def test_readable_by_duckdb(path, readable):
-    assert readable_by_duckdb(path) is readable
+def test_duckdb_keeps_a_database_under_a_folder_unless_it_says_why_not(tmp_path, name, usable):
+    folder = tmp_path / name
+    folder.mkdir()
+    assert (duckdb_path_problem(folder) is None) is usable
+    if usable:  # the check is DuckDB's own behaviour: a database there is written and read back
+        with duckdb.connect(str(folder / "x.duckdb")) as con:
+            con.execute("create table t as select 42 as x")
+            con.execute("checkpoint")
+        with duckdb.connect(str(folder / "x.duckdb"), read_only=True) as con:
+            assert con.execute("select x from t").fetchall() == [(42,)]
 
 
 def test_a_run_folder_named_in_bytes_that_are_not_utf8_is_reported_and_the_others_load(tmp_path):
@@ -133,3 +142,41 @@ def test_a_run_folder_named_in_bytes_that_are_not_utf8_is_reported_and_the_other
         create_lake_views(con, tmp_path / "lake")
         assert con.execute("select source_path, status from lake.files order by 1").fetchall() == [
             ("good/epoch_000_results.json", "loaded"), ("good/note\\xfe.txt", "skipped")]
+
+
+HOSTILE_RUNS = {"run*": 2, "run?": 3, "Run?": 1, "a=b": 2, "new\nline": 1, "tab\there": 2, "dots...": 3,
+                "é" * 127: 1, "-x": 2, "[r]": 1}
+
+
+@pytest.mark.slow
+def test_a_build_of_hostile_names_under_a_hostile_path_counts_every_run_apart(tmp_path, build, query):
+    """Through Dagster too: a name Dagster refuses as a partition key (a newline, a tab, `...`) is stored and
+    queried under its exact run id."""
+    base = tmp_path / "exp=grpo" / "w[1]*"
+    release = base / "rel"
+    for name, epochs in HOSTILE_RUNS.items():
+        for epoch in range(epochs):
+            write_epoch_file(release / name, epoch, epoch_document(epoch, n=epoch + 2))
+    wh = base / "date=2026-11-30" / "wh"
+    assert build([release], wh) == 0
+    expected = {name: (epochs, sum(epoch + 2 for epoch in range(epochs))) for name, epochs in HOSTILE_RUNS.items()}
+    rows = query(wh, "select e.run_id, count(distinct e.epoch), count(*) from fact_epochs e "
+                     "join fact_trajectories t using (run_id, epoch) group by 1")
+    assert {run_id: (epochs, trajectories) for run_id, epochs, trajectories in rows} == expected
+    assert sorted(r[0] for r in query(wh, "select run_id from dim_runs")) == sorted(HOSTILE_RUNS)
+    assert build([release], wh) == 0  # nothing to do the second time, and nothing lost
+    assert query(wh, "select count(*) from fact_trajectories") == [(sum(t for _, t in expected.values()),)]
+
+
+def test_the_sensor_asks_for_valid_partition_keys_whatever_the_names(tmp_path):
+    from pipelines.defs.ingest.partitions import partition_key
+    from pipelines.defs.ingest.sensors import ReleaseChanges, RunWatch, release_sensor_result
+
+    names = ["plain", "new\nline", "dots...", "tab\there"]
+    changes = ReleaseChanges(names, [], {name: ["x"] for name in names}, {}, {name: RunWatch() for name in names})
+    requests, [add] = release_sensor_result(changes, 1, set())
+    keys = sorted(partition_key(name) for name in names)
+    assert sorted(add.partition_keys) == keys and "plain" in keys and len(set(keys)) == 4
+    assert sorted(r.partition_key for r in requests if r.partition_key) == keys
+    for key in keys:
+        assert not any(part in key for part in ("...", "\n", "\t"))

@@ -40,7 +40,9 @@ CASES = [
     (["--registry", "{tmp}/missing.csv"], {}, "{tmp}/missing.csv: cannot read the registry: No such file or directory"),
     (["--warehouse", "{tmp}/a_file"], {}, "the warehouse {tmp}/a_file is a file, not a folder"),
     (["--warehouse", "{tmp}/a_file/wh"], {}, "cannot write in the warehouse folder {tmp}/a_file/wh: Not a directory"),
-    (["--warehouse", "{tmp}/x\\y[1]"], {}, "the warehouse path {tmp}/x\\y[1] holds both a backslash and one of * ? ["),
+    (["--warehouse", "{tmp}/x?y"], {},
+     "the warehouse path {tmp}/x?y holds a `?`, after which DuckDB reads a database path as options: choose another"),
+    (["--warehouse", "{tmp}/x\\y"], {}, "the warehouse path {tmp}/x\\y holds a backslash, which DuckDB reads as a"),
 ]
 
 

@@ -18,7 +18,7 @@ from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders
 from pipelines.release.registry import read_registry
 from pipelines.release.sample import ensure_sample
 from pipelines.settings import DEFAULT_WAREHOUSE, ENVIRONMENT, ConfigError, read_environment
-from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, readable_by_duckdb
+from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, duckdb_path_problem
 
 # Lower bounds of the whole-number settings, and the text that says what they count.
 _AT_LEAST = {
@@ -104,9 +104,8 @@ class WarehouseConfig(dg.ConfigurableResource):
         if self.advantage_tolerance < 0 or self.reward_tolerance < 0:
             raise ConfigError("advantage_tolerance and reward_tolerance must be 0 or more")
         _check_memory_limit(self.duckdb_memory_limit)
-        if not readable_by_duckdb(self.warehouse):
-            raise ConfigError(f"the warehouse path {self.warehouse} holds both a backslash and one of * ? [, which "
-                              "DuckDB cannot be given literally; choose another folder")
+        if problem := duckdb_path_problem(self.warehouse):
+            raise ConfigError(f"the warehouse path {self.warehouse} {problem}: choose another folder")
 
     def check_paths(self) -> None:
         """Raises ConfigError for a release, registry or warehouse folder the build cannot use: called before a

@@ -8,13 +8,14 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from pipelines.defs.ingest.partitions import run_partitions
+from pipelines.defs.ingest.partitions import run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import (
     ERROR_COLUMNS,
     FILE_COLUMNS,
     gone_runs,
     ingest_runs,
+    lake_runs,
     partition_file,
     read_parquet,
     remove_run,
@@ -113,13 +114,15 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     """Flattens each selected run's new or changed epoch files into the lake's Parquet partitions."""
     lake = lake_dir(warehouse.warehouse)
     runs, _, _ = warehouse.find_runs()
-    selected = context.partition_keys
-    gone = [key for key in selected if key not in runs]
+    by_key = runs_by_partition(runs)
+    selected = [by_key[key] for key in context.partition_keys if key in by_key]
+    gone_keys = set(context.partition_keys) - set(by_key)
+    gone = [run_id for key, run_id in runs_by_partition(lake_runs(lake)).items() if key in gone_keys]
     if gone:
         check_removals(warehouse.release_roots(), runs, lake, warehouse.remove_releases)
-    for key in gone:
-        context.log.info(f"run {key} no longer exists in any release; removing it from the lake")
-        remove_run(lake, key)
+    for run_id in gone:
+        context.log.info(f"run {run_id} no longer exists in any release; removing it from the lake")
+        remove_run(lake, run_id)
 
     last_line = [0.0]  # when the last progress line was logged (time.monotonic)
 
@@ -139,7 +142,7 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     # Every selected run is listed in full (full_scan): a run is selected because something asked for it (the
     # build's own check, the sensor, the nightly refresh, a click), and a file rewritten in place changes no folder.
     results = ingest_runs(
-        [runs[key] for key in selected if key in runs], lake, warehouse.max_file_bytes, warehouse.workers, progress,
+        [runs[run_id] for run_id in selected], lake, warehouse.max_file_bytes, warehouse.workers, progress,
         full_scan=True, quiet_seconds=warehouse.quiet_seconds,
     )
     unchanged = [r for r in results if not r.changed]

@@ -2,8 +2,23 @@
 
 import dagster as dg
 
+from pipelines.lake import run_key
+
 run_partitions = dg.DynamicPartitionsDefinition(name="run_id")
 REFRESHES_TAG = "grpo/refreshes"  # a run's tag saying what it refreshes, in words
+# What Dagster refuses in a partition key (dagster's INVALID_PARTITION_SUBSTRINGS): a run folder may hold any of them.
+NOT_IN_PARTITION_KEYS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
+
+
+def partition_key(run_id: str) -> str:
+    """A run's partition key: its run id, or the lake's key for it (lake.run_key) when Dagster would refuse the id
+    as a key (a newline, a tab, `...` in a folder name)."""
+    return run_key(run_id) if any(part in run_id for part in NOT_IN_PARTITION_KEYS) else run_id
+
+
+def runs_by_partition(run_ids) -> dict[str, str]:
+    """Partition key -> run id, for the given run ids."""
+    return {partition_key(run_id): run_id for run_id in run_ids}
 
 
 def all_runs_tags(keys: list[str]) -> dict[str, str]:
