@@ -33,8 +33,11 @@ def test_tiny_hand_written_releases_side_by_side(tmp_path, write_epoch, build, q
         (1, 0, 0, 0.0, "e"), (1, 1, 0, 0.25, "f"), (1, 2, 1, 0.5, "g"), (1, 3, 1, 0.75, "h")]
     assert query(wh, "select judge_score from fact_trajectories where run_id = 'beta' order by traj_index") == [
         (1,), (2,)]
-    errors = query(wh, "select source_path, run_id, epoch, error_kind, action from ingest_errors")
-    assert errors == [("alpha_2fp/epoch_002_results.json", "alpha_2fp", 2, "truncated_json", "quarantined: not loaded")]
+    errors = query(wh, "select source_path, run_id, epoch, error_kind, action from ingest_errors order by 1")
+    assert errors == [("alpha_2fp/epoch_002_results.json", "alpha_2fp", 2, "truncated_json", "quarantined: not loaded"),
+                      # 2 trajectories in a group of 8 (the default): the one group is partial
+                      ("beta/", "beta", 0, "partial_group", "loaded: groups of group_size trajectories in order, "
+                       "the last one smaller (group_metrics.is_partial)")]
     statuses = dict(query(wh, "select source_path, status from file_inventory where run_id = 'alpha_2fp'"))
     assert statuses == {"alpha_2fp/epoch_000_results.json": "loaded", "alpha_2fp/epoch_001/results.json": "loaded",
                         "alpha_2fp/epoch_002_results.json": "quarantined"}

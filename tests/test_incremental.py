@@ -68,7 +68,7 @@ def test_removed_files_and_run_folders_leave_the_warehouse(tmp_path, write_epoch
         write_epoch(release / "run_b", epoch)
     (release / "run_a" / "epoch_003_results.json").write_text('{"epoch": 3, "rewards": [')  # quarantined
     assert build([release], wh) == 0
-    assert query(wh, "select count(*) from ingest_errors where run_id = 'run_a'") == [(1,)]
+    assert query(wh, "select count(*) from ingest_errors where run_id = 'run_a' and severity = 'error'") == [(1,)]
 
     parsed.clear()
     (release / "run_a" / "epoch_001_results.json").unlink()
@@ -82,6 +82,6 @@ def test_removed_files_and_run_folders_leave_the_warehouse(tmp_path, write_epoch
     assert query(wh, "select distinct run_id, epoch from fact_trajectories order by 1, 2") == [
         ("run_a", 0), ("run_a", 2)]
     assert query(wh, "select run_id from dim_runs") == [("run_a",)]
-    assert query(wh, "select count(*) from ingest_errors") == [(0,)]
+    assert query(wh, "select count(*) from ingest_errors where severity = 'error'") == [(0,)]
     assert query(wh, "select source_path from file_inventory order by 1") == [
         ("run_a/epoch_000_results.json",), ("run_a/epoch_002_results.json",)]
