@@ -45,9 +45,11 @@ class ConfigError(ValueError):
     """A setting that cannot be used: the message names it and says why, on one line."""
 
 
-def read_environment(environ: Mapping[str, str], skip: Collection[str] = ()) -> dict:
-    """The configuration fields set by GRPO_* variables (an empty one counts as unset), leaving out the fields in skip
-    (set otherwise, by a command-line flag): the one place the warehouse reads its environment."""
+def read_environment(environ: Mapping[str, str] | None = None, skip: Collection[str] = ()) -> dict:
+    """The configuration fields set by GRPO_* variables of environ (default: this process's; an empty one counts as
+    unset), leaving out the fields in skip (set otherwise, by a command-line flag): the one place the warehouse reads
+    its environment."""
+    environ = os.environ if environ is None else environ
     values: dict = {}
     for name, (field, kind) in ENVIRONMENT.items():
         text = environ.get(name, "")

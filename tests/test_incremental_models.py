@@ -72,7 +72,7 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
 
 def test_the_incremental_models_are_the_run_local_ones():
     assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "epoch_metrics", "epoch_trajectory_counts",
-                           "fact_epochs", "fact_trajectories", "group_metrics", "reward_breakdowns"]
+                           "fact_epochs", "fact_trajectories", "group_metrics", "reward_breakdowns", "value_warnings"]
     # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
     assert MODELS["run_summary"].incremental_key is None
 

@@ -2,7 +2,6 @@
 
 
 import math
-import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -79,7 +78,7 @@ class WarehouseConfig(dg.ConfigurableResource):
         """The configuration from GRPO_* variables (settings.ENVIRONMENT) and the given overrides (flags; None is
         not given), checked (check): a bad value raises ConfigError, before any work starts."""
         given = {name: value for name, value in overrides.items() if value is not None}
-        values = read_environment(os.environ if environ is None else environ, skip=given)
+        values = read_environment(environ, skip=given)
         try:
             config = cls(**{**values, **given})
         except pydantic.ValidationError as exc:
