@@ -3,7 +3,6 @@
 -- Infinity token; left out of the recomputed means), finite rewards whose sum overflows a float (every reward
 -- 1e308: the recomputed mean is taken without overflowing); and one row per run whose group size does not divide
 -- an epoch's trajectory count (the last group of such an epoch is partial: group_metrics.is_partial).
--- incremental: run_id
 with trajectories as (
     select
         run_id,
