@@ -459,6 +459,7 @@ class RunWork:
     changed: list[EpochFile]  # new or changed since parsed (size or mtime), or quarantined and worth retrying
     removed: list[str]  # source paths the manifest holds that the folder no longer has
     inventory_changed: bool  # the non-epoch entries differ from the manifest's, or a partition is missing
+    in_lake: bool = True  # the lake has a manifest of the run (False: everything of it is new)
 
     @property
     def pending(self) -> bool:
@@ -479,7 +480,7 @@ def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dic
     removed = sorted(files.keys() - {f.source_path for f in listing.epoch_files})
     skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
     inventory_changed = previous.get("skipped") != skipped or not _partitions_present(lake, listing.run.run_id)
-    return RunWork(listing, changed, removed, inventory_changed)
+    return RunWork(listing, changed, removed, inventory_changed, in_lake=bool(previous))
 
 
 def _settle_unchanged(listing: RunListing, lake: Path, previous: dict, quiet_seconds: int) -> int:

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 from conftest import epoch_document
 
-import pipelines.defs.ingest.sensors
+import pipelines.lake
 from pipelines.defs.ingest.sensors import (
     dump_cursor,
     parse_cursor,
@@ -16,7 +16,7 @@ from pipelines.defs.ingest.sensors import (
     scan_releases,
 )
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import ingest_run_folder
+from pipelines.lake import ingest_run_folder, partition_file, select_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import lake_dir
 
@@ -193,8 +193,8 @@ def quiet_run(tmp_path, ticker, write_epoch, monkeypatch):
         set_mtime(write_epoch(run, epoch), OLD)
     ticker.ingest(ticker())  # the lake now holds the run, and its folder stamps
     listed: list[str] = []
-    list_run = pipelines.defs.ingest.sensors.list_run
-    monkeypatch.setattr(pipelines.defs.ingest.sensors, "list_run", lambda r: listed.append(r.run_id) or list_run(r))
+    list_run = pipelines.lake.list_run  # the sensor lists runs through lake.select_runs, as a build does
+    monkeypatch.setattr(pipelines.lake, "list_run", lambda r: listed.append(r.run_id) or list_run(r))
     return run, listed
 
 
@@ -227,6 +227,25 @@ def test_a_quiet_run_with_a_new_entry_beside_its_epochs_is_inventoried_again(tic
     result = ticker()
     assert listed == ["run_a"] and ingested_runs(result) == ["run_a"]
     assert ticker.ingest(result)["run_a"].files_parsed == 0
+
+
+def test_the_sensor_asks_for_the_runs_a_build_would_ingest(tmp_path, write_epoch):
+    release, lake = tmp_path / "release", tmp_path / "lake"
+    for run in ("run_a", "run_b", "run_c", "run_d"):
+        set_mtime(write_epoch(release / run, 0), OLD)
+    runs, _, _ = find_run_folders([release])
+    for run in runs.values():
+        ingest_run_folder(run, lake, 2**20)
+    set_mtime(write_epoch(release / "run_a", 1), OLD)  # a new epoch file
+    (release / "run_b" / "notes.txt").write_text("inventoried, not parsed")  # the run's inventory changes
+    partition_file(lake, "files", "run_c").unlink()  # a lake partition lost: the build writes it again
+    runs, _, _ = find_run_folders([release])
+    stale = select_runs(runs.values(), lake, 2**20).stale
+    changes = scan_releases([release], lake, set(runs), {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    assert stale == ["run_a", "run_b", "run_c"]
+    assert sorted(changes.runs_to_ingest) == stale
+    assert changes.runs_to_ingest["run_a"] == {"run_a/epoch_001_results.json": (
+        (release / "run_a" / "epoch_001_results.json").stat().st_size, OLD * 10**9)}
 
 
 def test_settling_by_age_and_by_a_second_look(tmp_path, write_epoch):

@@ -12,8 +12,8 @@ import dagster as dg
 from pipelines.defs.ingest import assets as ingest_assets
 from pipelines.defs.ingest.partitions import REFRESHES_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import read_manifest, unchanged_by_stamps
-from pipelines.release.discover import find_run_folders, list_run, release_problem
+from pipelines.lake import select_runs
+from pipelines.release.discover import find_run_folders, release_problem
 from pipelines.removals import removal_refusal
 from pipelines.warehouse_db import lake_dir
 
@@ -36,14 +36,6 @@ ingest_runs_job = dg.define_asset_job(
     description="Flattens the new, changed or removed epoch files of the selected run partitions into the Parquet "
                 "lake. Launched by release_files_sensor, one run per run folder whose files settled after a change.",
 )
-
-
-@dataclass
-class LakeHolds:
-    """What the lake holds of one run folder, from its manifest."""
-
-    files: dict[str, Stat] = field(default_factory=dict)  # epoch files at the stat they were read at
-    others: str = ""  # digest of the run folder's non-epoch entries ("" when the lake has no manifest of the run)
 
 
 @dataclass
@@ -81,17 +73,10 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _lake_holds(lake: Path, run_id: str) -> LakeHolds:
-    manifest = read_manifest(lake, run_id)
-    if not manifest:
-        return LakeHolds()
-    return LakeHolds(files={path: (o["size"], o["mtime_ns"]) for path, o in manifest["files"].items()},
-                     others=_digest(sorted([s["source_path"], s["reason"]] for s in manifest["skipped"])))
-
-
 def scan_releases(
     release_roots: list[Path], lake: Path, known: set[str], unsettled: dict[str, str], now_ns: int, settle_ns: int,
     warehouse: Path | None = None, remove_releases: Collection[str] = (),
+    max_file_bytes: int = WarehouseConfig.model_fields["max_file_bytes"].default,
 ) -> ReleaseChanges:
     """Compares the releases' run folders and file stats with what the lake holds; stats files, parses nothing.
 
@@ -101,27 +86,24 @@ def scan_releases(
     holds, whose folders have not changed since (lake.unchanged_by_stamps), is not listed: at 100x the releases'
     files are mostly in quiet runs. As for a build, a file of a quiet run rewritten in place is then found by a
     full listing only (the nightly refresh). known: the run partitions Dagster has (partition_key of each run id).
+    What the lake lacks of each run is lake.select_runs' answer, the one a build acts on; the sensor adds the wait.
     """
     runs, _, problems = find_run_folders(release_roots, warehouse=warehouse)
     by_key = runs_by_partition(runs)
     changes = ReleaseChanges(sorted(run_id for key, run_id in by_key.items() if key not in known), [], {}, {}, {},
                              problems=problems)
-    for run_id, run in sorted(runs.items()):
-        if run_id not in unsettled and unchanged_by_stamps(run, lake) is not None:
-            changes.quiet_runs += 1
-            continue
-        listing = list_run(run)
-        held = _lake_holds(lake, run_id)
-        current = {f.source_path: (f.size, f.mtime_ns) for f in listing.epoch_files}
-        changed = {path: stat for path, stat in current.items() if held.files.get(path) != stat}
+    selection = select_runs(runs.values(), lake, max_file_bytes, must_list=unsettled)
+    changes.quiet_runs = len(selection.quiet)
+    for run_id, work in sorted(selection.work.items()):
+        changed = {f.source_path: (f.size, f.mtime_ns) for f in work.changed}
         young = {path: stat for path, stat in changed.items() if now_ns - stat[1] < settle_ns}
         if young and unsettled.get(run_id) != _digest(sorted(young.items())):
             changes.unsettled[run_id] = _digest(sorted(young.items()))
             changes.waiting[run_id] = sorted(young)
             changed = {path: stat for path, stat in changed.items() if path not in young}
-        removed = {path: None for path in held.files if path not in current}
-        others = _digest(sorted([s.source_path, s.reason] for s in listing.skipped))
-        if changed or removed or held.others not in ("", others):
+        removed = dict.fromkeys(work.removed)
+        # A run new to the lake is ingested once its files settle: its inventory comes with them.
+        if changed or removed or work.inventory_changed and work.in_lake:
             changes.runs_to_ingest[run_id] = dict(sorted({**changed, **removed}.items()))
     gone = sorted(known - set(by_key))
     # A release missing for a moment (an unmounted disk), emptied or left out must not look like its runs were
@@ -218,6 +200,7 @@ def evaluate_release_sensor(context: dg.SensorEvaluationContext, warehouse: Ware
     changes = scan_releases(
         warehouse.release_roots(), lake_dir(warehouse.warehouse), known, unsettled, time.time_ns(),
         warehouse.settle_seconds * 10**9, warehouse=warehouse.warehouse, remove_releases=warehouse.remove_releases,
+        max_file_bytes=warehouse.max_file_bytes,
     )
     requests, partition_requests = release_sensor_result(changes, tick, known, ingesting_partitions(context.instance))
     for run_id, files in changes.runs_to_ingest.items():
