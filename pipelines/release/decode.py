@@ -120,6 +120,19 @@ def may_hold_lone_surrogate(data: bytes) -> bool:
     return b"\\" in data and _LONE_SURROGATE.search(data) is not None
 
 
+# Every digit made a 0, every byte that continues a number into a float ('.', 'e', 'E') a '.', any other a space.
+_NUMERALS_ONLY = bytes(ord("0") if chr(b) in "0123456789" else ord(".") if chr(b) in ".eE" else ord(" ")
+                       for b in range(256))
+_LONG_INTEGER_START = b" " + b"0" * 19
+
+
+def may_hold_an_integer_beyond_64_bits(data: bytes) -> bool:
+    """Whether the text may hold an integer beyond 64 bits (below -2**63 or above 2**64 - 1), which orjson reads as a
+    float. Never wrong when it says no: such an integer has at least 19 digits, and none before them; a float
+    written with as many digits before its point, or digits in a string, only make it say maybe."""
+    return _LONG_INTEGER_START in data.translate(_NUMERALS_ONLY)
+
+
 def _stdlib_parse(data: bytes) -> tuple[Any, _DuplicateKeys]:
     try:
         text = data.decode("utf-8")
@@ -165,15 +178,18 @@ def parse_document(data: bytes) -> tuple[Any, list[tuple[str, str]]]:
     """
     if not data.strip():
         raise DecodeError("empty_file", "the file is empty")
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        # orjson rejects NaN/Infinity tokens and gives no line numbers; the standard parser does both.
+    if may_hold_an_integer_beyond_64_bits(data):  # the standard parser keeps it an integer
         doc, duplicates = _stdlib_parse(data)
     else:
-        if not _may_hold_duplicate_keys(data, doc):
-            return doc, []
-        doc, duplicates = _stdlib_parse(data)
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            # orjson rejects NaN/Infinity tokens and gives no line numbers; the standard parser does both.
+            doc, duplicates = _stdlib_parse(data)
+        else:
+            if not _may_hold_duplicate_keys(data, doc):
+                return doc, []
+            doc, duplicates = _stdlib_parse(data)
     problem = _duplicate_problem(data, duplicates)
     if problem is None:
         return doc, []

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_, itemgetter
 from typing import Annotated, Any, Union
 
 import msgspec
@@ -15,7 +16,7 @@ import polars as pl
 
 from pipelines.release.decode import (
     DOCUMENTED_KEYS, DOCUMENTED_SCALARS, MAX_PER_TRAJECTORY_DEPTH, NUMBER_TYPES, SCALAR_TYPES, EpochDoc,
-    keys_outside_lists, may_hold_lone_surrogate, nested_json_text, nesting_depth,
+    keys_outside_lists, may_hold_an_integer_beyond_64_bits, may_hold_lone_surrogate, nested_json_text, nesting_depth,
 )
 from pipelines.release.discover import EpochFile
 
@@ -70,21 +71,21 @@ def extra_column_name(key: str, reserved: dict) -> str:
 def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | None]:
     """A column for one extra key, and the value types found when the column has to be kept as JSON text.
 
-    Integers beside floats widen to Float64 (lossless for counts). Nested values, integers beyond 64 bits and
-    any other mix of types are kept as JSON text, value by value, so `"1"` and `1` stay distinguishable and
-    nothing is silently cast.
+    Integers beside floats widen to Float64 (lossless for counts) when every one fits in 64 bits. Nested values,
+    integers beyond 64 bits (alone or beside floats) and any other mix of types are kept as JSON text, value by
+    value, so `"1"` and `1` stay distinguishable and nothing is silently cast.
     """
     found = set(map(type, values))  # one pass in C: columns run to millions of values
     kinds = found - {type(None)}
-    if kinds == {int, float}:
-        kinds = {float}
     if kinds and kinds <= {dict, list} and (series := nested_series(name, values)) is not None:
         return series, None
-    if len(kinds) == 1 and kinds <= _PYTHON_TO_POLARS.keys():
-        kind = next(iter(kinds))
-        present = values if type(None) not in found else [v for v in values if v is not None]
-        if kind is not int or _INT64[0] <= min(present) and max(present) <= _INT64[1]:
-            return pl.Series(name, values, dtype=_PYTHON_TO_POLARS[kind], strict=True), None
+    if kinds == {int} or kinds == {int, float}:
+        # The integers alone, picked out in C (a Python loop would cost a column of millions dearly).
+        integers = values if found == {int} else list(compress(values, map(is_, map(type, values), repeat(int))))
+        if _INT64[0] <= min(integers) and max(integers) <= _INT64[1]:
+            return pl.Series(name, values, dtype=pl.Float64 if float in kinds else pl.Int64, strict=True), None
+    elif len(kinds) == 1 and kinds <= _PYTHON_TO_POLARS.keys():
+        return pl.Series(name, values, dtype=_PYTHON_TO_POLARS[next(iter(kinds))], strict=True), None
     if not kinds:
         return pl.Series(name, values, dtype=pl.String), None
     encoded = [None if v is None else v if isinstance(v, JsonText) else json.dumps(v, allow_nan=True) for v in values]
@@ -242,10 +243,10 @@ class _Shape:
 class _TypedShape:
     """A run's shape as a msgspec decoder: a document's bytes decoded and type-checked in one pass, in C.
 
-    Every key is a field (none missing, none unknown). Numbers are declared as decode_epoch takes them: a float
-    field takes an integer as a float, as decode_epoch and a Float64 column do, and refuses a boolean; an integer
-    field holds 64 bits at most, beyond which the one-by-one path keeps JSON text. Nested extras are kept raw and
-    parsed by orjson, as the one-by-one path parses them.
+    Every key is a field (none missing, none unknown). Numbers are declared as decode_epoch takes them: a documented
+    number's float field takes an integer as a float, as decode_epoch does, and refuses a boolean; an extra's
+    integer stays an integer, beside floats too, and holds 64 bits at most, beyond which the one-by-one path keeps
+    JSON text. Nested extras are kept raw and parsed by orjson, as the one-by-one path parses them.
     """
 
     decoder: msgspec.json.Decoder
@@ -264,6 +265,14 @@ _DOCUMENTED_FIELDS = {"epoch": int, "snapshot_id": Union[str, None], "trajectory
                       **{key: Union[float, None] for key in DOCUMENTED_SCALARS}}
 
 
+def _field_type(types: set[type]):
+    """The field type of an extra's values of these types. Beside a float, an integer stays an integer, as
+    decode_parsed keeps it, and one beyond 64 bits is refused: typed_series keeps such a column as JSON text."""
+    if float in types:
+        types = types | {int}
+    return Union[tuple(_FIELD_TYPES[t] for t in types)]
+
+
 def _typed_shape(doc: dict, row_keys: list[str], list_keys: list[str], nested: list[str],
                  short: list[str]) -> _TypedShape | None:
     """The typed decoder of a shape (see _TypedShape), or None when a value of the document has no field type."""
@@ -277,11 +286,9 @@ def _typed_shape(doc: dict, row_keys: list[str], list_keys: list[str], nested: l
             element_types = set(map(type, value))
             if not element_types <= SCALAR_TYPES:
                 return None
-            if float in element_types:  # an integer among them stays one, as decode_parsed keeps it
-                element_types.add(int)
-            kind = list[Union[tuple(_FIELD_TYPES[t] for t in element_types)]]
+            kind = list[_field_type(element_types)]
         else:
-            kind = _FIELD_TYPES[type(value)]
+            kind = _field_type({type(value)})
         fields.append((f"f{i}", kind))
     position = {key: i for i, key in enumerate(doc)}
     try:
@@ -486,6 +493,8 @@ class RunColumns:
         if typed.nested:
             row = list(row)
             for index, kind in typed.nested:
+                if may_hold_an_integer_beyond_64_bits(bytes(row[index])):  # orjson would read it as a float
+                    return False
                 try:
                     value = row[index] = orjson.loads(memoryview(row[index]))
                 except (orjson.JSONDecodeError, RecursionError):

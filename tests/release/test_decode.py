@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import epoch_document
-from pipelines.release.decode import DecodeError, decode_epoch
+from pipelines.release.decode import DecodeError, decode_epoch, parse_document
 
 GOOD = json.dumps(epoch_document(3, n=2))
 
@@ -147,3 +147,14 @@ def test_duplicate_keys_found_however_the_colons_fall(tail, repeated):
 
 def test_deeply_nested_document_is_refused():
     assert refused(GOOD[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}").error_kind == "invalid_json"
+
+
+@pytest.mark.parametrize("integer", [-(2**63) - 1, -(2**63), 2**63, 2**64 - 1, 2**64, 2**70])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_an_integer_of_any_size_parses_exactly(integer, indent):
+    """orjson reads an integer beyond 64 bits as a float; the parse must not, wherever the integer sits."""
+    data = json.dumps({"a": integer, "b": [0.5, integer], "c": {"d": integer}}, indent=indent).encode()
+    doc, warnings = parse_document(data)
+    assert not warnings
+    assert [type(doc["a"]), type(doc["b"][1]), type(doc["c"]["d"])] == [int] * 3
+    assert doc == {"a": integer, "b": [0.5, integer], "c": {"d": integer}}

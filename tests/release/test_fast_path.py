@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import epoch_document, write_epoch_file
-from pipelines.lake import ingest_run, partition_file
+from pipelines.lake import ingest_run, manifest_file, partition_file
 from pipelines.release.decode import DecodeError, decode_epoch
 from pipelines.release.discover import find_run_folders, list_run
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, flatten
@@ -267,3 +267,41 @@ def test_a_key_that_appears_mid_run_gives_the_run_a_new_shape(tmp_path):
     expected = flatten("run", [(file(e), decode_epoch(text)) for e, text in enumerate(texts)])
     assert epochs.equals(expected[0], null_equal=True) and trajectories.equals(expected[1], null_equal=True)
     assert epochs["grad_norm"].to_list() == [None, None, None, 1.5, 2.0, 2.5]
+
+
+@pytest.mark.parametrize("big", [-(2**63) - 1, 2**63, 2**64])
+def test_an_integer_beyond_64_bits_beside_floats_is_kept_as_json_text_on_both_paths(tmp_path, big):
+    """Integers beside floats widen to a float only when they fit in 64 bits; one beyond, in a scalar extra or a
+    per-trajectory one, keeps its column as JSON text with every value exact, and one inside a nested extra stays
+    exact too, whichever path read its document. One such integer per document, each document's bytes meeting the
+    typed decoder the first one set up; orjson alone would read the integer as a float."""
+    run_dir, lake = tmp_path / "rel" / "run", tmp_path / "lake"
+    lrs, per_traj = [0.5, big, 2.5, 3.5], [[0.5, 1.5], [1, 2.0], [0.25, big], [1.0, 0.0]]
+    configs = [{"k": 0.5}, {"k": 1}, {"k": 1.5}, {"k": big}]
+    for epoch in range(4):
+        write_epoch_file(run_dir, epoch, epoch_document(epoch, n=2, lr=lrs[epoch], per_traj=per_traj[epoch],
+                                                        config=configs[epoch]))
+    ingest_run(list_run(find_run_folders([run_dir.parent])[0]["run"]), lake, LIMIT)
+    kinds = json.loads(manifest_file(lake, "run").read_text())["json_columns"]
+    epochs, trajectories, _ = reference(run_dir)
+    expected_lr = ["0.5", str(big), "2.5", "3.5"]
+    expected_per_traj = ["0.5", "1.5", "1", "2.0", "0.25", str(big), "1.0", "0.0"]
+    expected_config = ['{"k": 0.5}', '{"k": 1}', '{"k": 1.5}', f'{{"k": {big}}}']
+    for frame in (lake_table(lake, "epochs"), epochs):
+        assert frame.sort("epoch")["lr"].to_list() == expected_lr
+        assert frame.sort("epoch")["config"].to_list() == expected_config
+    for frame in (lake_table(lake, "trajectories"), trajectories):
+        assert frame.sort("epoch", "traj_index")["per_traj"].to_list() == expected_per_traj
+    assert kinds == {"epochs": {"config": ["nested"], "lr": ["float", "int"]},
+                     "trajectories": {"per_traj": ["float", "int"]}}
+
+
+@pytest.mark.parametrize("edge", [-(2**63), 2**63 - 1])
+def test_an_integer_at_the_edge_of_64_bits_beside_floats_widens_to_a_float(tmp_path, edge):
+    run_dir, lake = tmp_path / "rel" / "run", tmp_path / "lake"
+    for epoch, lr in enumerate([0.5, edge]):
+        write_epoch_file(run_dir, epoch, epoch_document(epoch, n=2, lr=lr, per_traj=[0.5, lr]))
+    ingest_run(list_run(find_run_folders([run_dir.parent])[0]["run"]), lake, LIMIT)
+    assert lake_table(lake, "epochs").sort("epoch")["lr"].to_list() == [0.5, float(edge)]
+    assert lake_table(lake, "trajectories").sort("epoch", "traj_index")["per_traj"].to_list() == \
+        [0.5, 0.5, 0.5, float(edge)]
