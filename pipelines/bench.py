@@ -269,10 +269,12 @@ def step_sensor(releases: list[str], lake: str) -> dict:
     from pipelines.defs.ingest.sensors import dump_cursor, scan_releases
     from pipelines.defs.resources import WarehouseConfig
 
-    roots, settle_ns = [Path(r) for r in releases], WarehouseConfig().settle_seconds * 10**9
-    first = scan_releases(roots, Path(lake), set(), {}, time.time_ns(), settle_ns)
+    config = WarehouseConfig.from_env()  # the step's environment: runs quiet at once unless GRPO_QUIET_SECONDS says
+    roots, settle_ns = [Path(r) for r in releases], config.settle_seconds * 10**9
+    first = scan_releases(roots, Path(lake), set(), {}, time.time_ns(), settle_ns, quiet_seconds=config.quiet_seconds)
     started = time.perf_counter()
-    tick = scan_releases(roots, Path(lake), set(first.new_runs), first.unsettled, time.time_ns(), settle_ns)
+    tick = scan_releases(roots, Path(lake), set(first.new_runs), first.unsettled, time.time_ns(), settle_ns,
+                         quiet_seconds=config.quiet_seconds)
     cursor = dump_cursor(1, tick.unsettled)
     return {"seconds": time.perf_counter() - started, "cursor_bytes": len(cursor),
             "runs_to_ingest": len(tick.runs_to_ingest), "quiet_runs": tick.quiet_runs}

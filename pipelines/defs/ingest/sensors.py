@@ -77,6 +77,7 @@ def scan_releases(
     release_roots: list[Path], lake: Path, known: set[str], unsettled: dict[str, str], now_ns: int, settle_ns: int,
     warehouse: Path | None = None, remove_releases: Collection[str] = (),
     max_file_bytes: int = WarehouseConfig.model_fields["max_file_bytes"].default,
+    quiet_seconds: int = WarehouseConfig.model_fields["quiet_seconds"].default,
 ) -> ReleaseChanges:
     """Compares the releases' run folders and file stats with what the lake holds; stats files, parses nothing.
 
@@ -92,7 +93,7 @@ def scan_releases(
     by_key = runs_by_partition(runs)
     changes = ReleaseChanges(sorted(run_id for key, run_id in by_key.items() if key not in known), [], {}, {}, {},
                              problems=problems)
-    selection = select_runs(runs.values(), lake, max_file_bytes, must_list=unsettled)
+    selection = select_runs(runs.values(), lake, max_file_bytes, must_list=unsettled, quiet_seconds=quiet_seconds)
     changes.quiet_runs = len(selection.quiet)
     for run_id, work in sorted(selection.work.items()):
         changed = {f.source_path: (f.size, f.mtime_ns) for f in work.changed}
@@ -200,7 +201,7 @@ def evaluate_release_sensor(context: dg.SensorEvaluationContext, warehouse: Ware
     changes = scan_releases(
         warehouse.release_roots(), lake_dir(warehouse.warehouse), known, unsettled, time.time_ns(),
         warehouse.settle_seconds * 10**9, warehouse=warehouse.warehouse, remove_releases=warehouse.remove_releases,
-        max_file_bytes=warehouse.max_file_bytes,
+        max_file_bytes=warehouse.max_file_bytes, quiet_seconds=warehouse.quiet_seconds,
     )
     requests, partition_requests = release_sensor_result(changes, tick, known, ingesting_partitions(context.instance))
     for run_id, files in changes.runs_to_ingest.items():
