@@ -170,10 +170,10 @@ def test_a_build_of_hostile_names_under_a_hostile_path_counts_every_run_apart(tm
 
 def test_the_sensor_asks_for_valid_partition_keys_whatever_the_names(tmp_path):
     from pipelines.defs.ingest.partitions import partition_key
-    from pipelines.defs.ingest.sensors import ReleaseChanges, RunWatch, release_sensor_result
+    from pipelines.defs.ingest.sensors import ReleaseChanges, release_sensor_result
 
     names = ["plain", "new\nline", "dots...", "tab\there"]
-    changes = ReleaseChanges(names, [], {name: ["x"] for name in names}, {}, {name: RunWatch() for name in names})
+    changes = ReleaseChanges(names, [], {name: {"x": (1, 1)} for name in names}, {}, {})
     requests, [add] = release_sensor_result(changes, 1, set())
     keys = sorted(partition_key(name) for name in names)
     assert sorted(add.partition_keys) == keys and "plain" in keys and len(set(keys)) == 4

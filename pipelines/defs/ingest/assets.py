@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from pipelines.defs.ingest.partitions import run_partitions, runs_by_partition
+from pipelines.defs.ingest.partitions import partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import (
     ERROR_COLUMNS,
@@ -154,7 +154,7 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     warn_quarantined(context, lake, [r for r in results if r.changed and r.files_quarantined])
     for result in results:
         partition_metadata(context, lake, result)
-    for key in gone:
+    for key in sorted(gone_keys):
         for name in RUN_TABLES:
             context.add_asset_metadata({"grpo/removed": True}, asset_key=["lake", name], partition_key=key)
     for name in RUN_TABLES:
@@ -184,7 +184,7 @@ def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) ->
             rows = pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item() \
                 if path.exists() else 0
         context.add_asset_metadata({**own, "dagster/row_count": rows}, asset_key=["lake", name],
-                                   partition_key=result.run_id)
+                                   partition_key=partition_key(result.run_id))
 
 
 def warn_quarantined(context: dg.AssetExecutionContext, lake: Path, results) -> None:
