@@ -60,3 +60,8 @@ create or replace temp macro t_quantile(p, df) as (
         )
     )
 );
+
+-- Variance of the mean of n consecutive values of an AR(1) of variance `drift` and coefficient phi (< 1) plus white
+-- noise of variance `noise`, as pipelines/stats/intervals.window_variance.
+create or replace temp macro ar1_mean_variance(drift, phi, noise, n) as
+    drift / n * ((1 + phi) / (1 - phi) - 2 * phi * (1 - phi ^ n) / (n * (1 - phi) ^ 2)) + noise / n;

@@ -8,9 +8,11 @@ A run's per-epoch mean rewards y_t are modelled as a smooth trend plus an AR(1) 
    variance s² = γ1/φ and the noise's r = γ0 − s²;
 3. φ is corrected for the downward bias of an AR fit on T detrended values, φ ← φ̂ + (3 + 5φ)/T (three rounds);
 4. the variance of the mean of the last n values follows from the model exactly,
-   V = s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)] + r/n, and the effective n is γ0 / V;
-5. the interval is mean ± t · √V with t Student's quantile on (effective n − 1) degrees of freedom, and for a
-   difference of two runs' means the Welch–Satterthwaite combination of the two.
+   V = s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)] + r/n, and the window's effective n is γ0 / V;
+5. the interval is mean ± t · √V with t Student's quantile on the fit's effective n − 1 degrees of freedom (γ0
+   over the same variance for all T fitted values, minus one): V is estimated from the T values of the fit, so its
+   uncertainty is that of the fit's independent values, not the window's; for a difference of two runs' means the
+   Welch–Satterthwaite combination of the two.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def window_variance(drift: np.ndarray, phi: np.ndarray, noise: np.ndarray, n) ->
 
 
 def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.ndarray]:
-    """Per row: the AR coefficient, the window mean's variance and its effective n (the last `window` values)."""
+    """Per row: the AR coefficient, the window mean's variance, the window's effective n (the last `window` values)
+    and the whole fit's."""
     residuals = detrend(values, epochs)
     gamma = autocovariances(residuals, 2)
     size = values.shape[1]
@@ -64,7 +67,8 @@ def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.nda
     drift = np.where(drifting, np.minimum(gamma[:, 1] / np.where(drifting, raw_phi, 1), gamma[:, 0]), 0.0)
     noise = gamma[:, 0] - drift
     variance = window_variance(drift, phi, noise, window)
-    return {"phi": phi, "variance": variance, "effective_n": gamma[:, 0] / variance}
+    fit_effective_n = gamma[:, 0] / window_variance(drift, phi, noise, size)
+    return {"phi": phi, "variance": variance, "effective_n": gamma[:, 0] / variance, "fit_effective_n": fit_effective_n}
 
 
 def t_quantile(p: float, df) -> np.ndarray:
@@ -95,5 +99,6 @@ def welch_df(variance_a, df_a, variance_b, df_b) -> np.ndarray:
         return total ** 2 / (variance_a ** 2 / df_a + variance_b ** 2 / df_b)
 
 
-def run_df(effective_n) -> np.ndarray:
-    return np.maximum(np.asarray(effective_n) - 1, MIN_DF)
+def run_df(fit_effective_n) -> np.ndarray:
+    """Degrees of freedom of a run's estimated window variance: the fit's effective n − 1, at least MIN_DF."""
+    return np.maximum(np.asarray(fit_effective_n) - 1, MIN_DF)

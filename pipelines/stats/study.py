@@ -62,7 +62,7 @@ def bartlett_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.n
 def ar1_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The warehouse's method (pipelines.stats.intervals)."""
     fitted = intervals.fit(values, np.arange(values.shape[1], dtype=float), window)
-    return fitted["variance"], intervals.run_df(fitted["effective_n"])
+    return fitted["variance"], intervals.run_df(fitted["fit_effective_n"])
 
 
 def ar1_normal_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:

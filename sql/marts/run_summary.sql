@@ -7,10 +7,10 @@
 -- The matched reward's own interval at getvariable('ci_level') (matched_ci_low/high), by getvariable('ci_method'):
 -- `ar1` (docs/statistics.md) fits a quadratic trend plus an AR(1) drift plus white noise to the last
 -- getvariable('ci_fit_epochs') loaded epochs at or before the horizon, and takes the variance of the window mean
--- from that model, with a t quantile on effective n − 1 degrees of freedom; `iid` treats the window's epochs as
--- independent (t interval, effective n = the window's epochs). matched_effective_n: the window's epochs worth of
--- independent ones (the variance of one epoch over that of the window mean); matched_iqm: the interquartile mean of
--- the window (the middle half of its values after dropping floor(n/4) at each end, as rliable's IQM);
+-- from that model, with a t quantile on the fit's effective n − 1 degrees of freedom; `iid` treats the window's
+-- epochs as independent (t interval, effective n = the window's epochs). matched_effective_n: the window's epochs
+-- worth of independent ones (the variance of one epoch over that of the window mean); matched_iqm: the interquartile
+-- mean of the window (the middle half of its values after dropping floor(n/4) at each end, as rliable's IQM);
 -- matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
 with epochs as (
     select
@@ -177,7 +177,8 @@ ar_fits as (
 ),
 
 -- the variance of the mean of the window's n values under that model: s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)]
--- + r/n (0 when the curve is flat); under `iid`, the window's sample variance over n
+-- + r/n (γ0/n when the curve is flat); under `iid`, the window's sample variance over n. The same for all the fit's
+-- values gives the fit's effective n, whose uncertainty is that of the estimated variance (its degrees of freedom)
 window_variances as (
     select
         run_id,
@@ -185,24 +186,28 @@ window_variances as (
         case getvariable('ci_method')
             when 'iid' then window_variance / window_size
             when 'ar1' then if(raw_phi > 0,
-                drift_variance / window_size * ((1 + phi) / (1 - phi)
-                    - 2 * phi * (1 - phi ^ window_size) / (window_size * (1 - phi) ^ 2))
-                    + (gamma0 - drift_variance) / window_size,
+                ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, window_size),
                 gamma0 / window_size)
             else error('ci_method must be ar1 or iid, not ' || getvariable('ci_method'))
         end as variance,
+        if(raw_phi > 0, ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, fit_size), gamma0 / fit_size)
+            as fit_variance,
         if(getvariable('ci_method') = 'iid', window_variance, gamma0) as epoch_variance,
         phi
     from ar_fits
     where window_size >= 2 and (fit_size >= 5 or getvariable('ci_method') = 'iid')
 ),
 
+-- degrees of freedom: `ar1`, the fit's effective n − 1 (the variance is estimated from the fit's values); `iid`,
+-- the window's n − 1
 intervals as (
     select
         run_id,
         sqrt(variance) as matched_std_error,
         if(variance > 0, epoch_variance / variance, window_size) as matched_effective_n,
-        greatest(if(variance > 0, epoch_variance / variance, window_size) - 1, 1) as matched_ci_df,
+        greatest(
+            if(getvariable('ci_method') = 'ar1' and fit_variance > 0, epoch_variance / fit_variance, window_size) - 1, 1
+        ) as matched_ci_df,
         if(getvariable('ci_method') = 'ar1', phi, null) as matched_ar_coefficient
     from window_variances
 ),

@@ -48,7 +48,7 @@ def test_sql_intervals_equal_the_numpy_computation():
     con = build(curves, {"ci_method": "ar1"})
     got = rows(con, "select * from run_summary order by run_id")
     fitted = intervals.fit(curves, np.arange(120.0), WINDOW)
-    df = intervals.run_df(fitted["effective_n"])
+    df = intervals.run_df(fitted["fit_effective_n"])
     half = intervals.t_quantile(0.025, df) * np.sqrt(fitted["variance"])
     means = curves[:, -WINDOW:].mean(axis=1)
     assert [r["matched_std_error"] ** 2 for r in got] == pytest.approx(fitted["variance"], rel=1e-9)
@@ -134,6 +134,8 @@ def test_iqm_and_effective_n_by_hand():
     assert summary["five"]["matched_iqm"] == pytest.approx(1.1 / 3)
     assert summary["alt"]["matched_effective_n"] == pytest.approx(5)
     assert summary["alt"]["matched_ar_coefficient"] == 0
+    # Its variance is estimated from all 12 fitted epochs, independent ones: 11 degrees of freedom, not the window's 4.
+    assert summary["alt"]["matched_ci_df"] == pytest.approx(11)
     # iid: the window's epochs are the effective n, and the interval is the t interval of 5 values.
     build_marts(con, {"final_window": 5, "ci_method": "iid"})
     summary = {r["run_id"]: r for r in rows(con, "select * from run_summary")}
