@@ -214,7 +214,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     version = content_version(files)
     record(exports, ablation_figures.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
            [f"{FIGURES}/{name}" for name in files], version.value,
-           {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run_id})
+           {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run.run_id})
     return dg.MaterializeResult(metadata=figures_metadata(folder, list(files), preview, len(written)),
                                 data_version=version)
 
