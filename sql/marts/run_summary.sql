@@ -177,8 +177,9 @@ ar_fits as (
 ),
 
 -- the variance of the mean of the window's n values under that model: s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)]
--- + r/n (γ0/n when the curve is flat); under `iid`, the window's sample variance over n. The same for all the fit's
--- values gives the fit's effective n, whose uncertainty is that of the estimated variance (its degrees of freedom)
+-- + r/n (γ0/n without drift, 0 for a constant curve); under `iid`, the window's sample variance over n. The same
+-- for all the fit's values gives the fit's effective n: the variance is estimated from those values, so its degrees
+-- of freedom are the fit's effective n − 1
 window_variances as (
     select
         run_id,
