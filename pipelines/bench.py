@@ -116,11 +116,14 @@ def step_json(releases: list[str]) -> dict:
 
 def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
     """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake finds it."""
-    from pipelines.lake import ingest_runs
+    from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs
+    from pipelines.settings import read_environment
 
+    # the step's environment: runs quiet at once unless GRPO_QUIET_SECONDS says otherwise (_step_environment)
+    quiet_seconds = read_environment().get("quiet_seconds", DEFAULT_QUIET_SECONDS)
     started = time.perf_counter()
     runs, _ = _runs(releases)
-    results = ingest_runs(runs, Path(lake), MAX_FILE_BYTES, workers)
+    results = ingest_runs(runs, Path(lake), MAX_FILE_BYTES, workers, quiet_seconds=quiet_seconds)
     return {
         "seconds": time.perf_counter() - started,
         "runs": len(results),
