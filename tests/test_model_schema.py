@@ -4,6 +4,7 @@ declared data tests passing on a clean build and failing on rows that break them
 import dagster as dg
 import duckdb
 import pytest
+from conftest import write_epoch_file  # at import: a test run later holds tests/ui/conftest.py as `conftest`
 
 from pipelines.defs.models.assets import MODELS
 from pipelines.defs.models.checks import declared_checks, evaluate_checks, violations
@@ -13,8 +14,6 @@ from pipelines.defs.resources import WarehouseConfig
 @pytest.fixture(scope="module")
 def clean_build(tmp_path_factory) -> WarehouseConfig:
     """Two runs of documented keys only (no extras), in both layouts; built once for the module's tests."""
-    from conftest import write_epoch_file
-
     from pipelines.cli import main
 
     root = tmp_path_factory.mktemp("schema")

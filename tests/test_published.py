@@ -93,7 +93,8 @@ def test_a_moved_warehouse_opens_whole_and_the_storage_version_follows_the_confi
     moved = shutil.move(tmp_path / "wh", tmp_path / "elsewhere")
     with published(moved) as con:
         assert storage_version(con) == "v1.0.0+"
-        contents = {name: con.execute(f"select * from {schema}.{name}").fetchall() for schema, name in relations(con)}
+        contents = {name: con.execute(f"select * from {schema}.{name} order by all").fetchall()
+                    for schema, name in relations(con)}
     assert sorted(run for run, *_ in contents["fact_epochs"]) == ["alpha_2fp"] * 2 + ["beta_4fp"] * 2
 
     # Another storage version: the build database is made anew in it, and the same tables are published again.
@@ -101,7 +102,7 @@ def test_a_moved_warehouse_opens_whole_and_the_storage_version_follows_the_confi
     assert build([release], moved) == 0
     with published(moved) as con:
         assert storage_version(con) == "v1.4.0+"
-        assert {name: con.execute(f"select * from {schema}.{name}").fetchall()
+        assert {name: con.execute(f"select * from {schema}.{name} order by all").fetchall()
                 for schema, name in relations(con)} == contents
 
 
@@ -134,12 +135,12 @@ def old_duckdb() -> str:
 @pytest.mark.slow
 def test_an_older_duckdb_client_reads_what_the_projects_own_reads(old_duckdb, sample_warehouse, tmp_path):
     _, wh = sample_warehouse
-    queries = {table: f"select * from {table}" for table in sorted(model_tables())}
+    queries = {table: f"select * from {table} order by all" for table in sorted(model_tables())}
     queries["trajectories_with_runs"] = (
         "select r.ablation, r.label, r.group_size, t.* from fact_trajectories t join dim_runs r using (run_id)"
         " order by t.run_id, t.epoch, t.traj_index")
     for name, files in parquet_files(wh).items():
-        queries[name] = f"select * from {parquet_source(files)}"
+        queries[name] = f"select * from {parquet_source(files)} order by all"
     assert {"export_run_summary", "lake_epochs", "lake_trajectories"} <= set(queries)
 
     ran = subprocess.run([old_duckdb, "-c", OLD_CLIENT, str(wh / "warehouse.duckdb"), json.dumps(queries),
