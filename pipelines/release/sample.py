@@ -201,7 +201,9 @@ def write_sample(
             _report(progress, _write_run_job(job))
     else:
         workers = min(len(jobs), os.cpu_count() or 1)
-        with multiprocessing.Pool(workers) as pool:
+        # spawn, not fork: a caller that has loaded polars or DuckDB has threads, and a forked child can deadlock on
+        # a lock one of them held.
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
             for message in pool.imap_unordered(_write_run_job, jobs):
                 _report(progress, message)
     return release_dirs
