@@ -45,6 +45,7 @@ BOOTSTRAP_STEPS = ("bootstrap_means",)  # the steps that resample (ablation_cont
 # Steps: each runs in a child process (`python -m pipelines.bench --child STEP ARGS`) and returns a dict of figures.
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def _runs(releases: list[str]):
     from pipelines.release.discover import find_run_folders
 
@@ -94,8 +95,14 @@ def step_decode(releases: list[str], workers: int) -> dict:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             parts = list(pool.map(_decode_run, runs))
     files, size, fallbacks = (sum(p[i] for p in parts) for i in range(3))
-    return {"seconds": time.perf_counter() - started, "files": files, "bytes": size, "stdlib_fallbacks": fallbacks,
-            "workers": workers, "runs": len(runs)}
+    return {
+        "seconds": time.perf_counter() - started,
+        "files": files,
+        "bytes": size,
+        "stdlib_fallbacks": fallbacks,
+        "workers": workers,
+        "runs": len(runs),
+    }
 
 
 def step_json(releases: list[str]) -> dict:
@@ -152,16 +159,21 @@ def step_duckdb(releases: list[str], out: str, workers: int) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     threads = workers or os.cpu_count() or 1
     # A memory limit (spilling to disk beyond it) so that the baseline cannot take a shared machine down.
-    con = duckdb.connect(config={"threads": threads, "memory_limit": "4GB",
-                                 "temp_directory": str(out_dir / "duckdb_tmp")})
-    columns = con.execute("select column_name, column_type from (describe select * from "
-                          "read_json($files, union_by_name = true))", {"files": sample}).fetchall()
+    con = duckdb.connect(
+        config={"threads": threads, "memory_limit": "4GB", "temp_directory": str(out_dir / "duckdb_tmp")}
+    )
+    columns = con.execute(
+        "select column_name, column_type from (describe select * from read_json($files, union_by_name = true))",
+        {"files": sample},
+    ).fetchall()
     quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
     selected = [f"unnest({quote(c)}) as {quote(c)}" if kind.endswith("[]") else quote(c) for c, kind in columns]
     target = out_dir / "trajectories.parquet"
-    con.execute(f"copy (select filename, {', '.join(selected)} "
-                f"from read_json($files, union_by_name = true, filename = true)) to '{target}' (format parquet)",
-                {"files": files})
+    con.execute(
+        f"copy (select filename, {', '.join(selected)} "
+        f"from read_json($files, union_by_name = true, filename = true)) to '{target}' (format parquet)",
+        {"files": files},
+    )
     rows = con.execute(f"select count(*) from '{target}'").fetchone()[0]
     con.close()
     return {"seconds": time.perf_counter() - started, "files": len(files), "trajectories": rows, "threads": threads}
@@ -276,15 +288,34 @@ def step_sensor(releases: list[str], lake: str) -> dict:
     roots, settle_ns = [Path(r) for r in releases], config.settle_seconds * 10**9
     first = scan_releases(roots, Path(lake), set(), {}, time.time_ns(), settle_ns, quiet_seconds=config.quiet_seconds)
     started = time.perf_counter()
-    tick = scan_releases(roots, Path(lake), set(first.new_runs), first.unsettled, time.time_ns(), settle_ns,
-                         quiet_seconds=config.quiet_seconds)
+    tick = scan_releases(
+        roots,
+        Path(lake),
+        set(first.new_runs),
+        first.unsettled,
+        time.time_ns(),
+        settle_ns,
+        quiet_seconds=config.quiet_seconds,
+    )
     cursor = dump_cursor(1, tick.unsettled)
-    return {"seconds": time.perf_counter() - started, "cursor_bytes": len(cursor),
-            "runs_to_ingest": len(tick.runs_to_ingest), "quiet_runs": tick.quiet_runs}
+    return {
+        "seconds": time.perf_counter() - started,
+        "cursor_bytes": len(cursor),
+        "runs_to_ingest": len(tick.runs_to_ingest),
+        "quiet_runs": tick.quiet_runs,
+    }
 
 
-STEPS = {"decode": step_decode, "json": step_json, "figures": step_figures, "ingest": step_ingest, "duckdb": step_duckdb, "pandas": step_pandas,
-         "build": step_build, "sensor": step_sensor}
+STEPS = {
+    "decode": step_decode,
+    "json": step_json,
+    "figures": step_figures,
+    "ingest": step_ingest,
+    "duckdb": step_duckdb,
+    "pandas": step_pandas,
+    "build": step_build,
+    "sensor": step_sensor,
+}
 
 
 def _child_main(step: str, args_json: str) -> None:
@@ -294,14 +325,17 @@ def _child_main(step: str, args_json: str) -> None:
     # CPU time of the step and its pool workers (reaped by now): steadier than wall time on a busy machine.
     import resource
 
-    result["cpu_seconds"] = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                               resource.getrusage(resource.RUSAGE_CHILDREN)))
+    result["cpu_seconds"] = sum(
+        u.ru_utime + u.ru_stime
+        for u in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
     print("BENCH_RESULT " + json.dumps(result), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The parent: run a step in a child, measure wall time and peak memory.
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _children(pid: int) -> list[int]:
     found = []
@@ -407,8 +441,15 @@ def measure_query(warehouse: Path) -> Measurement:
     its wall time and CPU, interpreter start-up and imports included."""
     import resource
 
-    command = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.exit(main())",
-               "sql", "select 1", "--warehouse", str(warehouse)]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from pipelines.cli import main; sys.exit(main())",
+        "sql",
+        "select 1",
+        "--warehouse",
+        str(warehouse),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, env=_step_environment())
@@ -456,8 +497,18 @@ def _mirror(source: Path, target: Path) -> None:
 # One scale, all figures.
 # ---------------------------------------------------------------------------------------------------------------
 
-def bench_release(label: str, releases: list[str], work: Path, workers: int, repeat: int,
-                  with_pandas: bool, with_serial: bool, say, with_build: bool = True) -> dict:
+
+def bench_release(
+    label: str,
+    releases: list[str],
+    work: Path,
+    workers: int,
+    repeat: int,
+    with_pandas: bool,
+    with_serial: bool,
+    say,
+    with_build: bool = True,
+) -> dict:
     """Every figure for one release set, each step in its own process; medians over `repeat` runs of each."""
     logs = work / "logs"
     figures: dict[str, list[Measurement]] = {}
@@ -468,8 +519,10 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
                 before(attempt)
             m = measure(step, logs, **kwargs)
             figures.setdefault(name, []).append(m)
-            say(f"  [{label}] {name}: {m.seconds:.2f} s (process {m.wall_seconds:.2f} s), "
-                f"peak {m.peak_rss_bytes / 2**20:.0f} MiB, tree {m.peak_tree_rss_bytes / 2**20:.0f} MiB")
+            say(
+                f"  [{label}] {name}: {m.seconds:.2f} s (process {m.wall_seconds:.2f} s), "
+                f"peak {m.peak_rss_bytes / 2**20:.0f} MiB, tree {m.peak_tree_rss_bytes / 2**20:.0f} MiB"
+            )
         return figures[name][-1]
 
     lake = work / "lake"
@@ -480,22 +533,33 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
     # The baselines first, on exactly the files the full ingest sees; the incremental figures add files after.
     run("decode_lower_bound", "decode", releases=releases, workers=workers)
     run("json_decode", "json", releases=releases)
-    run("duckdb", "duckdb", before=fresh(work / "duckdb"), releases=releases, out=str(work / "duckdb"),
-        workers=workers)
+    run("duckdb", "duckdb", before=fresh(work / "duckdb"), releases=releases, out=str(work / "duckdb"), workers=workers)
     shutil.rmtree(work / "duckdb", ignore_errors=True)
     if with_pandas:
         run("pandas", "pandas", before=fresh(work / "pandas"), releases=releases, out=str(work / "pandas"))
         shutil.rmtree(work / "pandas", ignore_errors=True)
     if with_serial:
-        run("ingest_1_worker", "ingest", before=fresh(work / "lake_serial"),
-            releases=releases, lake=str(work / "lake_serial"), workers=1)
+        run(
+            "ingest_1_worker",
+            "ingest",
+            before=fresh(work / "lake_serial"),
+            releases=releases,
+            lake=str(work / "lake_serial"),
+            workers=1,
+        )
         shutil.rmtree(work / "lake_serial", ignore_errors=True)
     run("ingest_full", "ingest", before=fresh(lake), releases=releases, lake=str(lake), workers=workers)
     run("ingest_no_change", "ingest", releases=releases, lake=str(lake), workers=workers)
     run("sensor_tick", "sensor", releases=releases, lake=str(lake))
     added = iter(range(10**6))
-    run("ingest_one_file", "ingest", before=lambda _a: add_epoch_file(releases, next(added)),
-        releases=releases, lake=str(lake), workers=workers)
+    run(
+        "ingest_one_file",
+        "ingest",
+        before=lambda _a: add_epoch_file(releases, next(added)),
+        releases=releases,
+        lake=str(lake),
+        workers=workers,
+    )
     shutil.rmtree(lake, ignore_errors=True)
     if not with_build:
         return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
@@ -507,8 +571,14 @@ def bench_release(label: str, releases: list[str], work: Path, workers: int, rep
         figures.setdefault("query", []).append(m)
         say(f"  [{label}] query: {m.wall_seconds:.2f} s, cpu {m.result['cpu_seconds']:.2f} s")
     run("build_no_change", "build", releases=releases, warehouse=str(warehouse), workers=workers)
-    run("build_one_file", "build", before=lambda _a: add_epoch_file(releases, next(added)),
-        releases=releases, warehouse=str(warehouse), workers=workers)
+    run(
+        "build_one_file",
+        "build",
+        before=lambda _a: add_epoch_file(releases, next(added)),
+        releases=releases,
+        warehouse=str(warehouse),
+        workers=workers,
+    )
     shutil.rmtree(warehouse, ignore_errors=True)
 
     return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
@@ -541,8 +611,13 @@ def summarize(raw: dict) -> dict:
     first = {name: runs[0]["result"] for name, runs in raw.items()}
     cpu = {name: median(r["result"].get("cpu_seconds", 0.0) for r in runs) for name, runs in raw.items()}
     summary = {
-        "seconds": s, "process_seconds": wall, "cpu_seconds": cpu, "peak_tree_rss_bytes": tree, "peak_rss_bytes": largest,
-        "files": first["decode_lower_bound"]["files"], "bytes": first["decode_lower_bound"]["bytes"],
+        "seconds": s,
+        "process_seconds": wall,
+        "cpu_seconds": cpu,
+        "peak_tree_rss_bytes": tree,
+        "peak_rss_bytes": largest,
+        "files": first["decode_lower_bound"]["files"],
+        "bytes": first["decode_lower_bound"]["bytes"],
         "stdlib_fallbacks": first["decode_lower_bound"]["stdlib_fallbacks"],
         "runs": first["decode_lower_bound"]["runs"],
         "trajectories": first["ingest_full"]["trajectories"],
@@ -566,9 +641,12 @@ def summarize(raw: dict) -> dict:
     for name in ("build_full", "build_no_change", "build_one_file") if "build_full" in raw else ():
         steps = raw[name][0]["result"]["steps"]
         ingest, rest = _model_seconds(steps)
-        summary[f"{name}_steps"] = {"ingest": ingest, "models_and_exports": rest,
-                                    "outside_steps": raw[name][0]["wall_seconds"] - ingest - rest,
-                                    "by_step": steps}
+        summary[f"{name}_steps"] = {
+            "ingest": ingest,
+            "models_and_exports": rest,
+            "outside_steps": raw[name][0]["wall_seconds"] - ingest - rest,
+            "by_step": steps,
+        }
     if "build_full" in raw:
         summary.update(build_ratios(raw, summary))
     return summary
@@ -587,11 +665,17 @@ def build_ratios(raw: dict, summary: dict) -> dict:
     }
     if "figures" in raw:
         cpu = raw["figures"][0]["result"]["cpu_per_ablation"]
-        ratios.update(figure_ablations=len(cpu), figure_cpu_max=max(cpu, default=0.0),
-                      figure_cpu_first=cpu[0] if cpu else 0.0, figure_cpu_median=median(cpu) if cpu else 0.0)
+        ratios.update(
+            figure_ablations=len(cpu),
+            figure_cpu_max=max(cpu, default=0.0),
+            figure_cpu_first=cpu[0] if cpu else 0.0,
+            figure_cpu_median=median(cpu) if cpu else 0.0,
+        )
     if "query" in raw:
-        ratios.update(query_seconds=median(m["wall_seconds"] for m in raw["query"]),
-                      query_cpu=median(m["result"]["cpu_seconds"] for m in raw["query"]))
+        ratios.update(
+            query_seconds=median(m["wall_seconds"] for m in raw["query"]),
+            query_cpu=median(m["result"]["cpu_seconds"] for m in raw["query"]),
+        )
     return ratios
 
 
@@ -606,62 +690,137 @@ def check_targets(results: dict[str, dict]) -> list[dict]:
         summary, scale = res["summary"], res.get("scale")
         big = scale is None or scale >= 10
         if big:
-            add(label, "ingest / decode-only lower bound", summary["ingest_vs_decode"], f"<= {TARGET_INGEST_VS_DECODE}",
-                summary["ingest_vs_decode"] <= TARGET_INGEST_VS_DECODE, "x")
-            add(label, "plain DuckDB / ingest", summary["duckdb_vs_ingest"], f">= {TARGET_DUCKDB_VS_INGEST}",
-                summary["duckdb_vs_ingest"] >= TARGET_DUCKDB_VS_INGEST, "x")
+            add(
+                label,
+                "ingest / decode-only lower bound",
+                summary["ingest_vs_decode"],
+                f"<= {TARGET_INGEST_VS_DECODE}",
+                summary["ingest_vs_decode"] <= TARGET_INGEST_VS_DECODE,
+                "x",
+            )
+            add(
+                label,
+                "plain DuckDB / ingest",
+                summary["duckdb_vs_ingest"],
+                f">= {TARGET_DUCKDB_VS_INGEST}",
+                summary["duckdb_vs_ingest"] >= TARGET_DUCKDB_VS_INGEST,
+                "x",
+            )
         if scale is None or scale >= 100:
             for name, what in (("ingest_full", "ingest"), ("build_full", "whole build")):
                 if name in summary["peak_tree_rss_bytes"]:
                     peak = summary["peak_tree_rss_bytes"][name]
-                    add(label, f"peak memory, {what} (process tree)", peak / 2**20, "< 1024",
-                        peak < TARGET_PEAK_BYTES, "MiB")
-            add(label, "one new epoch file / full ingest", 100 * summary["one_file_share"],
-                f"< {100 * TARGET_ONE_FILE_SHARE:.0f}", summary["one_file_share"] < TARGET_ONE_FILE_SHARE, "%")
-        add(label, "no-change rebuild parses nothing", summary["no_change_files_parsed"], "0",
-            summary["no_change_files_parsed"] == 0, "files")
+                    add(
+                        label,
+                        f"peak memory, {what} (process tree)",
+                        peak / 2**20,
+                        "< 1024",
+                        peak < TARGET_PEAK_BYTES,
+                        "MiB",
+                    )
+            add(
+                label,
+                "one new epoch file / full ingest",
+                100 * summary["one_file_share"],
+                f"< {100 * TARGET_ONE_FILE_SHARE:.0f}",
+                summary["one_file_share"] < TARGET_ONE_FILE_SHARE,
+                "%",
+            )
+        add(
+            label,
+            "no-change rebuild parses nothing",
+            summary["no_change_files_parsed"],
+            "0",
+            summary["no_change_files_parsed"] == 0,
+            "files",
+        )
         if "build_vs_ingest" in summary:
             build_targets(label, scale, summary, add)
     scaled = sorted((res["scale"], res["summary"]) for res in results.values() if res.get("scale"))
     if len(scaled) >= 2:
         (lo, small), (hi, large) = scaled[0], scaled[-1]
         span = f"{lo}x -> {hi}x"
-        bar = f"< {TARGET_NOCHANGE_GROWTH}" if (lo, hi) == (1, 100) else f"< {TARGET_NOCHANGE_GROWTH} (bar is 1x -> 100x)"
+        bar = (
+            f"< {TARGET_NOCHANGE_GROWTH}" if (lo, hi) == (1, 100) else f"< {TARGET_NOCHANGE_GROWTH} (bar is 1x -> 100x)"
+        )
         # On the process's wall time, what a user waits for: at 1x the ingest's own work is a few milliseconds.
         for name, what in (("build_no_change", "whole build"), ("ingest_no_change", "ingest")):
             if name not in small["process_seconds"] or name not in large["process_seconds"]:
                 continue
             growth = large["process_seconds"][name] / small["process_seconds"][name]
-            add(span, f"no-change rebuild time growth ({what}, process wall)", growth, bar,
-                growth < TARGET_NOCHANGE_GROWTH, "x")
+            add(
+                span,
+                f"no-change rebuild time growth ({what}, process wall)",
+                growth,
+                bar,
+                growth < TARGET_NOCHANGE_GROWTH,
+                "x",
+            )
     return checks
 
 
 def build_targets(label: str, scale: int | None, summary: dict, add) -> None:
     """The whole build's targets: against its references at 10x and 100x, its parts at every scale."""
     if scale == 10 and summary.get("build_vs_json") is not None:
-        add(label, "fresh whole build / 1-process json.loads read-and-decode", summary["build_vs_json"],
-            f"<= {TARGET_BUILD_VS_JSON:g}", summary["build_vs_json"] <= TARGET_BUILD_VS_JSON, "x")
+        add(
+            label,
+            "fresh whole build / 1-process json.loads read-and-decode",
+            summary["build_vs_json"],
+            f"<= {TARGET_BUILD_VS_JSON:g}",
+            summary["build_vs_json"] <= TARGET_BUILD_VS_JSON,
+            "x",
+        )
     if scale is None or scale >= 100:
-        add(label, "fresh whole build / ingest alone (process wall)", summary["build_vs_ingest"],
-            f"<= {TARGET_BUILD_VS_INGEST:g}", summary["build_vs_ingest"] <= TARGET_BUILD_VS_INGEST, "x")
+        add(
+            label,
+            "fresh whole build / ingest alone (process wall)",
+            summary["build_vs_ingest"],
+            f"<= {TARGET_BUILD_VS_INGEST:g}",
+            summary["build_vs_ingest"] <= TARGET_BUILD_VS_INGEST,
+            "x",
+        )
     if scale is None or scale >= 10:
-        add(label, "ingest steps in the build / ingest alone", summary["ingest_in_build"],
-            f"<= {TARGET_INGEST_IN_BUILD:g}", summary["ingest_in_build"] <= TARGET_INGEST_IN_BUILD, "x")
-    add(label, "bootstrap_means / fresh whole build", 100 * summary["bootstrap_share"],
-        f"<= {100 * TARGET_BOOTSTRAP_SHARE:g}", summary["bootstrap_share"] <= TARGET_BOOTSTRAP_SHARE, "%")
+        add(
+            label,
+            "ingest steps in the build / ingest alone",
+            summary["ingest_in_build"],
+            f"<= {TARGET_INGEST_IN_BUILD:g}",
+            summary["ingest_in_build"] <= TARGET_INGEST_IN_BUILD,
+            "x",
+        )
+    add(
+        label,
+        "bootstrap_means / fresh whole build",
+        100 * summary["bootstrap_share"],
+        f"<= {100 * TARGET_BOOTSTRAP_SHARE:g}",
+        summary["bootstrap_share"] <= TARGET_BOOTSTRAP_SHARE,
+        "%",
+    )
     if "figure_cpu_median" in summary:
         # The median: the first figure a process draws also pays matplotlib's one-time set-up (fonts, caches).
-        add(label, "figure files of one ablation (cpu, median)", summary["figure_cpu_median"],
-            f"<= {TARGET_FIGURE_CPU:g}", summary["figure_cpu_median"] <= TARGET_FIGURE_CPU, "s")
+        add(
+            label,
+            "figure files of one ablation (cpu, median)",
+            summary["figure_cpu_median"],
+            f"<= {TARGET_FIGURE_CPU:g}",
+            summary["figure_cpu_median"] <= TARGET_FIGURE_CPU,
+            "s",
+        )
     if "query_seconds" in summary:
-        add(label, 'grpo-warehouse sql "select 1" (process wall, median)', summary["query_seconds"],
-            f"<= {TARGET_QUERY_SECONDS:g}", summary["query_seconds"] <= TARGET_QUERY_SECONDS, "s")
+        add(
+            label,
+            'grpo-warehouse sql "select 1" (process wall, median)',
+            summary["query_seconds"],
+            f"<= {TARGET_QUERY_SECONDS:g}",
+            summary["query_seconds"] <= TARGET_QUERY_SECONDS,
+            "s",
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Reporting.
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def machine() -> dict:
     """The machine and versions the figures were measured with."""
@@ -692,73 +851,156 @@ def _fmt_mib(value: float | None) -> str:
 
 
 def format_table(label: str, summary: dict) -> str:
-    s, wall, tree, big, cpu = (summary[k] for k in ("seconds", "process_seconds", "peak_tree_rss_bytes", "peak_rss_bytes",
-                                                    "cpu_seconds"))
+    s, wall, tree, big, cpu = (
+        summary[k] for k in ("seconds", "process_seconds", "peak_tree_rss_bytes", "peak_rss_bytes", "cpu_seconds")
+    )
     ingest = s["ingest_full"]
     rows = [
-        ("decode-only lower bound (orjson)", s["decode_lower_bound"], wall["decode_lower_bound"],
-         f"{ingest / s['decode_lower_bound']:.2f}x = ingest / this", "decode_lower_bound"),
+        (
+            "decode-only lower bound (orjson)",
+            s["decode_lower_bound"],
+            wall["decode_lower_bound"],
+            f"{ingest / s['decode_lower_bound']:.2f}x = ingest / this",
+            "decode_lower_bound",
+        ),
         ("ingest, full", ingest, wall["ingest_full"], "", "ingest_full"),
     ]
     if "json_decode" in s:
-        rows.insert(1, ("json.loads read-and-decode, 1 process", s["json_decode"], wall["json_decode"],
-                        f"{summary['json_vs_decode']:.2f}x = this / lower bound", "json_decode"))
+        rows.insert(
+            1,
+            (
+                "json.loads read-and-decode, 1 process",
+                s["json_decode"],
+                wall["json_decode"],
+                f"{summary['json_vs_decode']:.2f}x = this / lower bound",
+                "json_decode",
+            ),
+        )
     if "ingest_1_worker" in s:
-        rows.append(("ingest, full, 1 worker", s["ingest_1_worker"], wall["ingest_1_worker"],
-                     f"{summary['parallel_speedup']:.2f}x = speedup of the pool", "ingest_1_worker"))
+        rows.append(
+            (
+                "ingest, full, 1 worker",
+                s["ingest_1_worker"],
+                wall["ingest_1_worker"],
+                f"{summary['parallel_speedup']:.2f}x = speedup of the pool",
+                "ingest_1_worker",
+            )
+        )
     rows += [
-        ("ingest, no change", s["ingest_no_change"], wall["ingest_no_change"],
-         f"{summary['no_change_files_parsed']} files parsed", "ingest_no_change"),
-        ("ingest, one new epoch file", s["ingest_one_file"], wall["ingest_one_file"],
-         f"{100 * summary['one_file_share']:.1f}% of full ingest", "ingest_one_file"),
+        (
+            "ingest, no change",
+            s["ingest_no_change"],
+            wall["ingest_no_change"],
+            f"{summary['no_change_files_parsed']} files parsed",
+            "ingest_no_change",
+        ),
+        (
+            "ingest, one new epoch file",
+            s["ingest_one_file"],
+            wall["ingest_one_file"],
+            f"{100 * summary['one_file_share']:.1f}% of full ingest",
+            "ingest_one_file",
+        ),
     ]
     if "sensor_tick" in s:
-        rows.append(("sensor tick, no change", s["sensor_tick"], wall["sensor_tick"],
-                     f"cursor {summary['sensor_cursor_bytes'] / 1e3:,.1f} kB, {summary['sensor_quiet_runs']} quiet "
-                     f"runs not listed", "sensor_tick"))
+        rows.append(
+            (
+                "sensor tick, no change",
+                s["sensor_tick"],
+                wall["sensor_tick"],
+                f"cursor {summary['sensor_cursor_bytes'] / 1e3:,.1f} kB, {summary['sensor_quiet_runs']} quiet "
+                f"runs not listed",
+                "sensor_tick",
+            )
+        )
     rows += [
-        ("plain DuckDB read_json+unnest+COPY", s["duckdb"], wall["duckdb"],
-         f"{summary['duckdb_vs_ingest']:.2f}x = this / ingest", "duckdb"),
+        (
+            "plain DuckDB read_json+unnest+COPY",
+            s["duckdb"],
+            wall["duckdb"],
+            f"{summary['duckdb_vs_ingest']:.2f}x = this / ingest",
+            "duckdb",
+        ),
     ]
     if "pandas" in s:
-        rows.append(("naive json + pandas (1 process)", s["pandas"], wall["pandas"],
-                     f"{summary['pandas_vs_ingest']:.2f}x = this / ingest", "pandas"))
-    for name, what in (("build_full", "whole build, fresh"), ("build_no_change", "whole build, no change"),
-                       ("build_one_file", "whole build, one new file")):
+        rows.append(
+            (
+                "naive json + pandas (1 process)",
+                s["pandas"],
+                wall["pandas"],
+                f"{summary['pandas_vs_ingest']:.2f}x = this / ingest",
+                "pandas",
+            )
+        )
+    for name, what in (
+        ("build_full", "whole build, fresh"),
+        ("build_no_change", "whole build, no change"),
+        ("build_one_file", "whole build, one new file"),
+    ):
         if name not in s:
             continue
         steps = summary[f"{name}_steps"]
-        note = (f"ingest {steps['ingest']:.2f} s, models+exports {steps['models_and_exports']:.2f} s, "
-                f"outside steps {steps['outside_steps']:.2f} s")
+        note = (
+            f"ingest {steps['ingest']:.2f} s, models+exports {steps['models_and_exports']:.2f} s, "
+            f"outside steps {steps['outside_steps']:.2f} s"
+        )
         if name == "build_one_file":
             note += f"; {100 * summary['build_one_file_share']:.1f}% of fresh"
         if name == "build_full":
-            note += (f"; {wall[name] / s['json_decode']:.1f}x json.loads, {summary['build_vs_ingest']:.1f}x ingest; "
-                     f"its ingest steps {summary['ingest_in_build']:.2f}x the ingest alone")
+            note += (
+                f"; {wall[name] / s['json_decode']:.1f}x json.loads, {summary['build_vs_ingest']:.1f}x ingest; "
+                f"its ingest steps {summary['ingest_in_build']:.2f}x the ingest alone"
+            )
         rows.append((what, s[name], wall[name], note, name))
     if "figures" in s:
-        rows.append(("figures, one ablation after another", s["figures"], wall["figures"],
-                     f"{summary['figure_ablations']} ablations, cpu each: median {summary['figure_cpu_median']:.2f} s, "
-                     f"most {summary['figure_cpu_max']:.2f} s; the first, with matplotlib's set-up, "
-                     f"{summary['figure_cpu_first']:.2f} s", "figures"))
+        rows.append(
+            (
+                "figures, one ablation after another",
+                s["figures"],
+                wall["figures"],
+                f"{summary['figure_ablations']} ablations, cpu each: median {summary['figure_cpu_median']:.2f} s, "
+                f"most {summary['figure_cpu_max']:.2f} s; the first, with matplotlib's set-up, "
+                f"{summary['figure_cpu_first']:.2f} s",
+                "figures",
+            )
+        )
     if "query" in s:
-        rows.append(('sql "select 1" (process, start-up included)', s["query"], wall["query"],
-                     f"median of {QUERY_REPEAT} runs", "query"))
-    header = (f"\n{label}: {summary['runs']} runs, {summary['files']:,} epoch files, {summary['bytes'] / 1e6:,.0f} MB "
-              f"of JSON, {summary['trajectories']:,} trajectories; {summary['stdlib_fallbacks']} file(s) need the "
-              f"stdlib parser (NaN/Infinity)")
-    lines = [header, f"  {'figure':<38} {'work':>9} {'process':>9} {'cpu':>9} {'peak proc':>10} {'peak tree':>10}  note"]
+        rows.append(
+            (
+                'sql "select 1" (process, start-up included)',
+                s["query"],
+                wall["query"],
+                f"median of {QUERY_REPEAT} runs",
+                "query",
+            )
+        )
+    header = (
+        f"\n{label}: {summary['runs']} runs, {summary['files']:,} epoch files, {summary['bytes'] / 1e6:,.0f} MB "
+        f"of JSON, {summary['trajectories']:,} trajectories; {summary['stdlib_fallbacks']} file(s) need the "
+        f"stdlib parser (NaN/Infinity)"
+    )
+    lines = [
+        header,
+        f"  {'figure':<38} {'work':>9} {'process':>9} {'cpu':>9} {'peak proc':>10} {'peak tree':>10}  note",
+    ]
     for what, work, process, note, name in rows:
-        lines.append(f"  {what:<38} {_fmt_s(work):>9} {_fmt_s(process):>9} {_fmt_s(cpu.get(name)):>9} "
-                     f"{_fmt_mib(big[name]):>10} {_fmt_mib(tree[name]):>10}  {note}")
-    lines.append(f"  (work: the step as timed inside its process; process: its wall time, start-up included; cpu: user+sys "
-                 f"of the process and its pool; ingest / lower bound on cpu: "
-                 f"{cpu['ingest_full'] / cpu['decode_lower_bound']:.2f}x, DuckDB / ingest on cpu: "
-                 f"{cpu['duckdb'] / cpu['ingest_full']:.2f}x)")
+        lines.append(
+            f"  {what:<38} {_fmt_s(work):>9} {_fmt_s(process):>9} {_fmt_s(cpu.get(name)):>9} "
+            f"{_fmt_mib(big[name]):>10} {_fmt_mib(tree[name]):>10}  {note}"
+        )
+    lines.append(
+        f"  (work: the step as timed inside its process; process: its wall time, start-up included; cpu: user+sys "
+        f"of the process and its pool; ingest / lower bound on cpu: "
+        f"{cpu['ingest_full'] / cpu['decode_lower_bound']:.2f}x, DuckDB / ingest on cpu: "
+        f"{cpu['duckdb'] / cpu['ingest_full']:.2f}x)"
+    )
     if "build_full_steps" in summary:
         by_step = sorted(summary["build_full_steps"]["by_step"].items(), key=lambda item: -item[1])
-        lines.append("  fresh build's costliest steps (wall): " + ", ".join(f"{k} {v:.2f} s" for k, v in by_step[:8])
-                     + f"; bootstrap {100 * summary['bootstrap_share']:.1f}% of the build")
+        lines.append(
+            "  fresh build's costliest steps (wall): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in by_step[:8])
+            + f"; bootstrap {100 * summary['bootstrap_share']:.1f}% of the build"
+        )
     return "\n".join(lines)
 
 
@@ -771,10 +1013,19 @@ def format_checks(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_bench(scales: list[int], releases: list[str], workdir: str | None, workers: int, repeat: int,
-              json_path: str | None, keep: bool, with_pandas: bool = True, with_serial: bool = True,
-              with_build: bool = True,
-              say=print) -> dict:
+def run_bench(
+    scales: list[int],
+    releases: list[str],
+    workdir: str | None,
+    workers: int,
+    repeat: int,
+    json_path: str | None,
+    keep: bool,
+    with_pandas: bool = True,
+    with_serial: bool = True,
+    with_build: bool = True,
+    say=print,
+) -> dict:
     """Runs every figure for each scale (generated sample releases) or for the given releases; prints the tables."""
     from pipelines.release.sample import write_sample
 
@@ -788,8 +1039,10 @@ def run_bench(scales: list[int], releases: list[str], workdir: str | None, worke
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="grpo_bench_"))
     base.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine(), "workers": workers, "repeat": repeat, "command": sys.argv, "results": {}}
-    say(f"benchmark in {base} with {workers} worker(s); every step in its own process, medians of {repeat}; "
-        f"runs quiet after {_step_environment()['GRPO_QUIET_SECONDS']} s (GRPO_QUIET_SECONDS)")
+    say(
+        f"benchmark in {base} with {workers} worker(s); every step in its own process, medians of {repeat}; "
+        f"runs quiet after {_step_environment()['GRPO_QUIET_SECONDS']} s (GRPO_QUIET_SECONDS)"
+    )
     try:
         plans = []
         if releases:

@@ -16,8 +16,13 @@ class BuildError(Exception):
     """A reason the build could not be made, printed on one line."""
 
 
-def configure(releases: list[str], registry: str | None = None, workers: int | None = None,
-              warehouse: str | None = None, remove_releases: list[str] | None = None):
+def configure(
+    releases: list[str],
+    registry: str | None = None,
+    workers: int | None = None,
+    warehouse: str | None = None,
+    remove_releases: list[str] | None = None,
+):
     """The one configuration of a build: the given values (None: not given), the environment for the rest, every
     value checked before any work starts (BuildError naming the first bad one)."""
     from pipelines.defs.resources import WarehouseConfig
@@ -29,7 +34,8 @@ def configure(releases: list[str], registry: str | None = None, workers: int | N
             releases=[str(Path(r).absolute()) for r in releases] or None,
             registries=[str(Path(registry).absolute())] if registry else None,
             warehouse_dir=str(Path(warehouse).absolute()) if warehouse else None,
-            workers=workers, remove_releases=remove_releases or None,
+            workers=workers,
+            remove_releases=remove_releases or None,
         )
         config.check_paths()
     except ConfigError as exc:
@@ -86,15 +92,18 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
     # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
     stale = stale_runs(runs, lake, config.max_file_bytes, full_scan, config.quiet_seconds)
-    print(f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
-          flush=True)
+    print(
+        f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
+        flush=True,
+    )
 
     definitions = build_definitions(config)
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
     with instance, _planned_events_per_asset(not persistent):
-        result = _run_job(definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)),
-                          persistent)
+        result = _run_job(
+            definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)), persistent
+        )
     if not result.success:
         raise BuildError(failure_reason(result))
     return print_summary(config.warehouse, time.perf_counter() - started)
@@ -165,8 +174,9 @@ def failure_reason(result) -> str:
     return f"the build failed in {failure.step_key}: {message}"
 
 
-def stale_runs(runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False,
-               quiet_seconds: int | None = None) -> set[str]:
+def stale_runs(
+    runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False, quiet_seconds: int | None = None
+) -> set[str]:
     """The run ids whose lake partitions are out of date (lake.select_runs), and those the lake has no manifest of.
 
     A run the lake has no manifest of has everything to ingest: it is not listed here, since its ingest lists it
@@ -199,7 +209,7 @@ def _partition_blocks(keys: list[str], selected: set[str], max_gap: int) -> list
         if key not in selected:
             continue
         if blocks and index - previous - 1 < max_gap:
-            blocks[-1].extend(keys[previous + 1: index + 1])
+            blocks[-1].extend(keys[previous + 1 : index + 1])
         else:
             blocks.append([key])
         previous = index
@@ -219,6 +229,7 @@ def print_summary(warehouse: Path, seconds: float) -> list[str]:
 
     path = published_path(warehouse)
     with duckdb.connect(str(path), read_only=True) as con:
+
         def count(sql: str) -> int:
             return con.execute(sql).fetchone()[0]
 
@@ -248,8 +259,9 @@ def _print_not_loaded(con) -> list[str]:
     from pipelines.defs.models.checks import MIN_LOADED_SHARE, RUNS_NOT_LOADING_SQL
     from pipelines.release.discover import EXPECTED_PLACEMENTS
 
-    reasons = con.execute("select reason, count(*), min(source_path) from unloaded_epochs"
-                          " group by reason order by count(*) desc, reason").fetchall()
+    reasons = con.execute(
+        "select reason, count(*), min(source_path) from unloaded_epochs group by reason order by count(*) desc, reason"
+    ).fetchall()
     if reasons:
         print(f"  {sum(n for _, n, _ in reasons):,} epoch entr(ies) not loaded (see unloaded_epochs):")
         for reason, n, example in reasons:
@@ -263,17 +275,29 @@ def _print_not_loaded(con) -> list[str]:
     for release, run_ids in empty:
         n_seen, seen = con.execute(
             "select count(*), list(source_path order by source_path)[1:5] from file_inventory"
-            " where list_contains(?, run_id)", [run_ids]).fetchone()
-        print(f"warning: release {release} loaded no epoch from its {len(run_ids)} run(s): no document placed as "
-              f"{', '.join(EXPECTED_PLACEMENTS)} was loaded; its run folders hold {n_seen} entr(ies), e.g. "
-              f"{', '.join(seen) or 'nothing'}", file=sys.stderr)
+            " where list_contains(?, run_id)",
+            [run_ids],
+        ).fetchone()
+        print(
+            f"warning: release {release} loaded no epoch from its {len(run_ids)} run(s): no document placed as "
+            f"{', '.join(EXPECTED_PLACEMENTS)} was loaded; its run folders hold {n_seen} entr(ies), e.g. "
+            f"{', '.join(seen) or 'nothing'}",
+            file=sys.stderr,
+        )
         failing.append(f"release {release} loaded no epoch")
     runs = con.execute(RUNS_NOT_LOADING_SQL).fetchall()
     if runs:
-        listed = ", ".join(f"{run_id} ({n_loaded} of {n_loaded + n_not} loaded)" if n_loaded + n_not
-                           else f"{run_id} (no epoch entry recognised)" for run_id, n_loaded, n_not, *_ in runs[:5])
+        listed = ", ".join(
+            f"{run_id} ({n_loaded} of {n_loaded + n_not} loaded)"
+            if n_loaded + n_not
+            else f"{run_id} (no epoch entry recognised)"
+            for run_id, n_loaded, n_not, *_ in runs[:5]
+        )
         more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
-        print(f"warning: {len(runs)} run(s) loaded no epoch or under {MIN_LOADED_SHARE:.0%} of their epoch entries: "
-              f"{listed}{more}", file=sys.stderr)
+        print(
+            f"warning: {len(runs)} run(s) loaded no epoch or under {MIN_LOADED_SHARE:.0%} of their epoch entries: "
+            f"{listed}{more}",
+            file=sys.stderr,
+        )
         failing.append(f"{len(runs)} run(s) loaded no epoch or under {MIN_LOADED_SHARE:.0%} of their epoch entries")
     return failing

@@ -29,37 +29,75 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
 
     build = commands.add_parser("build", help="materialize every asset against the releases")
-    build.add_argument("--release", action="append", default=[], metavar="DIR",
-                       help="a release folder of run folders; repeat for several (default: the bundled sample release)")
+    build.add_argument(
+        "--release",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a release folder of run folders; repeat for several (default: the bundled sample release)",
+    )
     build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
-    build.add_argument("--workers", type=int, default=None,
-                       help="processes for the ingest and the figures (default: $GRPO_WORKERS, or one per core)")
-    build.add_argument("--remove-release", action="append", default=[], metavar="NAME",
-                       help="let every run of this release (by its folder name) leave the warehouse; without it, a "
-                            "build that would remove all of a release's runs is refused")
-    build.add_argument("--full-scan", action="store_true",
-                       help="look at every epoch file, also of runs whose folders have not changed since they went "
-                            "quiet (finds files rewritten in place; the nightly refresh does this)")
-    build.add_argument("--strict", action="store_true",
-                       help="exit 1 when a run loaded no epoch or far fewer than its epoch entries, or a release "
-                            "loaded none (for scheduled refreshes that should page someone)")
-    build.add_argument("--wait", type=float, default=600, metavar="SECONDS",
-                       help="how long to wait for another build of the same warehouse to finish (default 600)")
+    build.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes for the ingest and the figures (default: $GRPO_WORKERS, or one per core)",
+    )
+    build.add_argument(
+        "--remove-release",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let every run of this release (by its folder name) leave the warehouse; without it, a "
+        "build that would remove all of a release's runs is refused",
+    )
+    build.add_argument(
+        "--full-scan",
+        action="store_true",
+        help="look at every epoch file, also of runs whose folders have not changed since they went "
+        "quiet (finds files rewritten in place; the nightly refresh does this)",
+    )
+    build.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a run loaded no epoch or far fewer than its epoch entries, or a release "
+        "loaded none (for scheduled refreshes that should page someone)",
+    )
+    build.add_argument(
+        "--wait",
+        type=float,
+        default=600,
+        metavar="SECONDS",
+        help="how long to wait for another build of the same warehouse to finish (default 600)",
+    )
     _warehouse_arg(build)
 
     sample = commands.add_parser("sample", help="write the deterministic sample releases")
     sample.add_argument("--out", required=True, type=Path, metavar="DIR")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--scale", type=int, default=1, help="write K times as many runs (for benchmarks)")
-    sample.add_argument("--layout", choices=LAYOUTS,
-                        help="place every run's epoch documents this way, with transcript-like files beside them "
-                             "(default: the multi-target release flat, the binary one in epoch folders)")
+    sample.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        help="place every run's epoch documents this way, with transcript-like files beside them "
+        "(default: the multi-target release flat, the binary one in epoch folders)",
+    )
 
     bench = commands.add_parser("bench", help="time ingest, rebuilds and the whole build against baselines")
-    bench.add_argument("--scale", type=int, action="append", metavar="K",
-                       help="benchmark a sample release K times the published size; repeat for several (default 1 and 10)")
-    bench.add_argument("--release", action="append", default=[], metavar="DIR",
-                       help="benchmark these release folders instead (a linked copy is modified, never the original)")
+    bench.add_argument(
+        "--scale",
+        type=int,
+        action="append",
+        metavar="K",
+        help="benchmark a sample release K times the published size; repeat for several (default 1 and 10)",
+    )
+    bench.add_argument(
+        "--release",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="benchmark these release folders instead (a linked copy is modified, never the original)",
+    )
     bench.add_argument("--workdir", metavar="DIR", help="where releases and lakes go (default: a temporary folder)")
     bench.add_argument("--workers", type=int, default=0, help="ingest processes (default: one per core)")
     bench.add_argument("--repeat", type=int, default=1, help="run each step N times and report medians")
@@ -67,14 +105,22 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--keep", action="store_true", help="keep the generated releases and lakes")
     bench.add_argument("--no-pandas", action="store_true", help="skip the naive pandas baseline (slow at 100x)")
     bench.add_argument("--no-serial", action="store_true", help="skip the 1-worker ingest (the parallel speedup)")
-    bench.add_argument("--no-build", action="store_true",
-                       help="skip the whole-build figures (Dagster and the models; most of the time at 100x)")
+    bench.add_argument(
+        "--no-build",
+        action="store_true",
+        help="skip the whole-build figures (Dagster and the models; most of the time at 100x)",
+    )
 
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    sql.add_argument("--max-rows", type=int, default=100, metavar="N",
-                     help="rows shown by --format table (default 100; csv and json print all)")
+    sql.add_argument(
+        "--max-rows",
+        type=int,
+        default=100,
+        metavar="N",
+        help="rows shown by --format table (default 100; csv and json print all)",
+    )
     _warehouse_arg(sql)
     return top
 
@@ -103,16 +149,20 @@ def run_sample(args) -> int:
     if args.scale < 1:
         raise CommandError("--scale must be 1 or more")
     started = time.perf_counter()
-    folders = write_sample(args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True),
-                           layout=args.layout)
-    print(f"wrote {len(folders)} release folder(s) under {args.out.absolute()} in {time.perf_counter() - started:.1f} s:")
+    folders = write_sample(
+        args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True), layout=args.layout
+    )
+    print(
+        f"wrote {len(folders)} release folder(s) under {args.out.absolute()} in {time.perf_counter() - started:.1f} s:"
+    )
     for folder in folders:
         print(f"  {folder}")
     return 0
 
 
 def run_bench(args) -> int:
-    from pipelines.bench import DEFAULT_SCALES, run_bench as measure
+    from pipelines.bench import DEFAULT_SCALES
+    from pipelines.bench import run_bench as measure
 
     if any(k < 1 for k in args.scale or []):
         raise CommandError("--scale must be 1 or more")
@@ -122,8 +172,18 @@ def run_bench(args) -> int:
         if not Path(release).is_dir():
             raise CommandError(f"release folder {release} does not exist or is not a folder")
     scales = [] if args.release and not args.scale else (args.scale or list(DEFAULT_SCALES))
-    measure(scales, args.release, args.workdir, args.workers, args.repeat, args.json, args.keep,
-            with_pandas=not args.no_pandas, with_serial=not args.no_serial, with_build=not args.no_build)
+    measure(
+        scales,
+        args.release,
+        args.workdir,
+        args.workers,
+        args.repeat,
+        args.json,
+        args.keep,
+        with_pandas=not args.no_pandas,
+        with_serial=not args.no_serial,
+        with_build=not args.no_build,
+    )
     return 0
 
 
@@ -168,8 +228,10 @@ def run_sql(args) -> int:
         with duckdb.connect(str(path), read_only=True, config=config) as con:
             statements = con.extract_statements(args.query)
             if len(statements) > 1 and args.format != "table":
-                raise CommandError(f"--format {args.format} prints one result, and the query holds "
-                                   f"{len(statements)} statements: run them one at a time, or with --format table")
+                raise CommandError(
+                    f"--format {args.format} prints one result, and the query holds "
+                    f"{len(statements)} statements: run them one at a time, or with --format table"
+                )
             for number, statement in enumerate(statements):
                 relation = con.sql(statement.query)
                 if relation is None:  # a statement with no result (SET, PRAGMA, ...)
@@ -216,11 +278,16 @@ def _json_records(frame) -> str:
 
     floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
     nested = any(dtype.is_nested() for dtype in frame.schema.values())  # may hold a float anywhere: looked through
-    if not nested and not (floats and frame.select(pl.any_horizontal(
-            [(~pl.col(name).is_finite()).any() for name in floats])).item()):
+    if not nested and not (
+        floats and frame.select(pl.any_horizontal([(~pl.col(name).is_finite()).any() for name in floats])).item()
+    ):
         return frame.write_json()
-    return json.dumps([plain(row) for row in frame.to_dicts()], separators=(",", ":"), ensure_ascii=False,
-                      default=lambda value: value.isoformat() if hasattr(value, "isoformat") else str(value))
+    return json.dumps(
+        [plain(row) for row in frame.to_dicts()],
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=lambda value: value.isoformat() if hasattr(value, "isoformat") else str(value),
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,10 @@ DOMAINS = {"ingest": "lake", "models": "warehouse", "exports": "exports"}
 def _apply_policies(spec: dg.AssetSpec) -> dg.AssetSpec:
     if spec.group_name in AUTOMATED_GROUPS and spec.automation_condition is None:
         spec = spec.replace_attributes(automation_condition=ON_CHANGE)
-    return spec.merge_attributes(owners=[] if spec.owners else OWNERS,
-                                 tags={"domain": DOMAINS[spec.group_name]} if spec.group_name in DOMAINS else {})
+    return spec.merge_attributes(
+        owners=[] if spec.owners else OWNERS,
+        tags={"domain": DOMAINS[spec.group_name]} if spec.group_name in DOMAINS else {},
+    )
 
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
@@ -41,7 +43,7 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=AUTOMATION_INTERVAL_SECONDS,
     description=f"Every {AUTOMATION_INTERVAL_SECONDS} s, requests the SQL models and exports whose inputs changed "
-                "(a new data version upstream): an upstream materialization that changed nothing requests nothing.",
+    "(a new data version upstream): an upstream materialization that changed nothing requests nothing.",
     run_tags={REFRESHES_TAG: "the models and exports whose inputs changed"},
 )
 
@@ -56,11 +58,14 @@ def build_definitions(config: WarehouseConfig) -> dg.Definitions:
     # Every run executes its steps in one process: the model steps take turns anyway (pool "duckdb_writer",
     # one slot) and ingest spreads over cores itself, so a process per step only added its start-up (seconds per
     # step, a minute per "Materialize all" of the ~25 steps) without any parallelism to show for it.
-    return dg.Definitions.merge(automated, dg.Definitions(
-        sensors=[automation_sensor, release_files_sensor(config.sensor_interval_seconds)],
-        resources={"warehouse": config},
-        executor=dg.in_process_executor,
-    ))
+    return dg.Definitions.merge(
+        automated,
+        dg.Definitions(
+            sensors=[automation_sensor, release_files_sensor(config.sensor_interval_seconds)],
+            resources={"warehouse": config},
+            executor=dg.in_process_executor,
+        ),
+    )
 
 
 @dg.definitions

@@ -20,12 +20,28 @@ from filelock import FileLock
 
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
 from pipelines.release.discover import (
-    DOCUMENT_ORDER, LISTING_VERSION, OTHER_JSON_LAYOUT, EpochFile, RunFolder, RunListing, SkippedEntry,
-    folders_unchanged, list_run, resolve_inside,
+    DOCUMENT_ORDER,
+    LISTING_VERSION,
+    OTHER_JSON_LAYOUT,
+    EpochFile,
+    RunFolder,
+    RunListing,
+    SkippedEntry,
+    folders_unchanged,
+    list_run,
+    resolve_inside,
 )
 from pipelines.release.flatten import (
-    EPOCH_COLUMNS, TRAJECTORY_COLUMNS, ColumnKinds, RunColumns, column_order, combine, drift_notes, mtime_column,
-    python_values, typed_series,
+    EPOCH_COLUMNS,
+    TRAJECTORY_COLUMNS,
+    ColumnKinds,
+    RunColumns,
+    column_order,
+    combine,
+    drift_notes,
+    mtime_column,
+    python_values,
+    typed_series,
 )
 
 LAKE_FORMAT = 4  # 2: the manifest records which extra columns hold JSON text; 3: files named by run_key;
@@ -376,8 +392,11 @@ def _folders_without_document(current: dict[str, EpochFile], outcomes: dict[str,
     for path, file in current.items():
         if file.layout == OTHER_JSON_LAYOUT:
             folders.setdefault(path.rpartition("/")[0], []).append(path)
-    return {folder: paths for folder, paths in sorted(folders.items())
-            if all(outcomes[path]["status"] == "skipped" for path in paths)}
+    return {
+        folder: paths
+        for folder, paths in sorted(folders.items())
+        if all(outcomes[path]["status"] == "skipped" for path in paths)
+    }
 
 
 def _missing_document_errors(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, dict]) -> pl.DataFrame:
@@ -386,9 +405,17 @@ def _missing_document_errors(run_id: str, current: dict[str, EpochFile], outcome
     for folder, paths in _folders_without_document(current, outcomes).items():
         seen = "; ".join(f"{path.rpartition('/')[2]}: {outcomes[path]['reason']}" for path in paths[:5])
         more = f"; and {len(paths) - 5} more" if len(paths) > 5 else ""
-        rows.append(_error(run_id, folder, current[paths[0]].epoch_in_name, "missing_document", "error",
-                           f"epoch folder without an epoch document ({DOCUMENT_ORDER}): {seen}{more}",
-                           "skipped: nothing loaded"))
+        rows.append(
+            _error(
+                run_id,
+                folder,
+                current[paths[0]].epoch_in_name,
+                "missing_document",
+                "error",
+                f"epoch folder without an epoch document ({DOCUMENT_ORDER}): {seen}{more}",
+                "skipped: nothing loaded",
+            )
+        )
     return pl.DataFrame(rows, schema=ERROR_COLUMNS)
 
 
@@ -412,9 +439,15 @@ def _stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_seco
         return None
     if quiet_seconds < 0 or listing.listed_at_ns - listing.changed_at_ns < quiet_seconds * 10**9:
         return None
-    return {"format": LAKE_FORMAT, "listing": LISTING_VERSION, "release": listing.run.release, "rows": rows,
-            "listed_at_ns": listing.listed_at_ns, "changed_at_ns": listing.changed_at_ns,
-            "folders": {path: list(stamp) for path, stamp in listing.folders.items()}}
+    return {
+        "format": LAKE_FORMAT,
+        "listing": LISTING_VERSION,
+        "release": listing.run.release,
+        "rows": rows,
+        "listed_at_ns": listing.listed_at_ns,
+        "changed_at_ns": listing.changed_at_ns,
+        "folders": {path: list(stamp) for path, stamp in listing.folders.items()},
+    }
 
 
 def _read_stamps(lake: Path, run_id: str) -> dict | None:
@@ -472,10 +505,14 @@ def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dic
     # run, and builds no object per file.
     files: dict[str, dict] = previous.get("files", {})
     changed = [
-        f for f in listing.epoch_files
-        if (o := files.get(f.source_path)) is None or o["size"] != f.size or o["mtime_ns"] != f.mtime_ns
+        f
+        for f in listing.epoch_files
+        if (o := files.get(f.source_path)) is None
+        or o["size"] != f.size
+        or o["mtime_ns"] != f.mtime_ns
         or o.get("ctime_ns", 0) not in (0, f.ctime_ns)
-        or o["status"] != "loaded" and _worth_retrying(o, f, max_file_bytes)
+        or o["status"] != "loaded"
+        and _worth_retrying(o, f, max_file_bytes)
     ]
     removed = sorted(files.keys() - {f.source_path for f in listing.epoch_files})
     skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
@@ -499,8 +536,13 @@ def _settle_unchanged(listing: RunListing, lake: Path, previous: dict, quiet_sec
     return quarantined
 
 
-def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unchanged: bool = False,
-               quiet_seconds: int = DEFAULT_QUIET_SECONDS) -> RunIngestResult | None:
+def ingest_run(
+    listing: RunListing,
+    lake: Path,
+    max_file_bytes: int,
+    only_if_unchanged: bool = False,
+    quiet_seconds: int = DEFAULT_QUIET_SECONDS,
+) -> RunIngestResult | None:
     """Brings one run's lake partitions up to date with its folder, parsing only new or changed files.
 
     With only_if_unchanged, returns None instead of parsing when the run has something to parse.
@@ -527,21 +569,33 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
         known = {k: _Outcome(**v) for k, v in files.items()}
 
         def quarantine(file: EpochFile, exc: DecodeError) -> None:
-            new_errors.append(_error(run_id, file.source_path, file.epoch_in_name, exc.error_kind,
-                                     "error", exc.message, "quarantined: not loaded"))
-            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "quarantined", exc.error_kind,
-                                                  file.epoch_in_name, ctime_ns=file.ctime_ns)
+            new_errors.append(
+                _error(
+                    run_id,
+                    file.source_path,
+                    file.epoch_in_name,
+                    exc.error_kind,
+                    "error",
+                    exc.message,
+                    "quarantined: not loaded",
+                )
+            )
+            outcomes[file.source_path] = _Outcome(
+                file.size, file.mtime_ns, "quarantined", exc.error_kind, file.epoch_in_name, ctime_ns=file.ctime_ns
+            )
 
         def set_aside(file: EpochFile, reason: str) -> None:
-            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "skipped", reason, None,
-                                                  ctime_ns=file.ctime_ns)
+            outcomes[file.source_path] = _Outcome(
+                file.size, file.mtime_ns, "skipped", reason, None, ctime_ns=file.ctime_ns
+            )
 
         def load(file: EpochFile, doc: EpochDoc) -> None:
             for kind, message in doc.warnings:
                 new_errors.append(_error(run_id, file.source_path, doc.epoch, kind, "warning", message, "loaded"))
             status = "loaded_with_warnings" if doc.warnings else "loaded"
-            outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, None, doc.epoch,
-                                                  ctime_ns=file.ctime_ns)
+            outcomes[file.source_path] = _Outcome(
+                file.size, file.mtime_ns, status, None, doc.epoch, ctime_ns=file.ctime_ns
+            )
             columns.add(file, doc)
 
         # The new and changed files are parsed and merged with the run's stored rows. When a file was rewritten or
@@ -569,8 +623,9 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
                             parsed, parse_warnings = parse_document(data)
                         fast = not parse_warnings and columns.add_parsed(file, parsed)
                     if fast:
-                        outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, "loaded", None,
-                                                              file.epoch_in_name, ctime_ns=file.ctime_ns)
+                        outcomes[file.source_path] = _Outcome(
+                            file.size, file.mtime_ns, "loaded", None, file.epoch_in_name, ctime_ns=file.ctime_ns
+                        )
                         continue
                     doc = _check_document(file, parsed, parse_warnings)
                 except NotAnEpochDocument as exc:
@@ -586,17 +641,26 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
             new_epochs, new_trajectories, new_kinds = columns.frames()
             old_kinds = {} if whole else previous.get("json_columns", {})
             merged = {}
-            for table, new_frame, schema in (("epochs", new_epochs, EPOCH_COLUMNS),
-                                             ("trajectories", new_trajectories, TRAJECTORY_COLUMNS)):
+            for table, new_frame, schema in (
+                ("epochs", new_epochs, EPOCH_COLUMNS),
+                ("trajectories", new_trajectories, TRAJECTORY_COLUMNS),
+            ):
                 old_frame = None if whole else _keep_rows(_read_partition(lake, table, run_id), stale)
                 merged[table] = combine(
-                    [(old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {})),
-                     (new_frame, new_kinds[table])],
+                    [
+                        (old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {})),
+                        (new_frame, new_kinds[table]),
+                    ],
                     schema,
                 )
-            if whole or not replaced or not any(_may_differ_from_a_fresh_parse(*merged[table], schema)
-                                                for table, schema in (("epochs", EPOCH_COLUMNS),
-                                                                      ("trajectories", TRAJECTORY_COLUMNS))):
+            if (
+                whole
+                or not replaced
+                or not any(
+                    _may_differ_from_a_fresh_parse(*merged[table], schema)
+                    for table, schema in (("epochs", EPOCH_COLUMNS), ("trajectories", TRAJECTORY_COLUMNS))
+                )
+            ):
                 break
         (epochs, epoch_kinds), (trajectories, trajectory_kinds) = merged["epochs"], merged["trajectories"]
         notes = drift_notes(epoch_kinds) + drift_notes(trajectory_kinds)
@@ -604,18 +668,36 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
         if parse_errors is not None:
             # Inventory problems and type-drift notes are recomputed below on every change.
             parse_errors = parse_errors.filter(pl.col("source_path").is_in(list(current)))
-        errors = _concat([
-            parse_errors,
-            pl.DataFrame(new_errors, schema=ERROR_COLUMNS),
-            _inventory_errors(run_id, listing.skipped),
-            _missing_document_errors(run_id, current, {path: vars(o) for path, o in outcomes.items()}),
-        ])
+        errors = _concat(
+            [
+                parse_errors,
+                pl.DataFrame(new_errors, schema=ERROR_COLUMNS),
+                _inventory_errors(run_id, listing.skipped),
+                _missing_document_errors(run_id, current, {path: vars(o) for path, o in outcomes.items()}),
+            ]
+        )
         errors = errors.filter(~pl.col("error_kind").is_in(["type_drift", "extra_length_mismatch"]))
-        errors = _concat([errors, pl.DataFrame(
-            [_error(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
-             for note in notes] + _length_mismatches(run_id, epochs, trajectories),
-            schema=ERROR_COLUMNS,
-        )])
+        errors = _concat(
+            [
+                errors,
+                pl.DataFrame(
+                    [
+                        _error(
+                            run_id,
+                            f"{run_id}/",
+                            None,
+                            "type_drift",
+                            "warning",
+                            note,
+                            "loaded: every value kept as JSON text",
+                        )
+                        for note in notes
+                    ]
+                    + _length_mismatches(run_id, epochs, trajectories),
+                    schema=ERROR_COLUMNS,
+                ),
+            ]
+        )
 
         epochs, trajectories = _in_order(epochs, trajectories)
         for table, frame in (("epochs", epochs), ("trajectories", trajectories)):
@@ -623,8 +705,9 @@ def ingest_run(listing: RunListing, lake: Path, max_file_bytes: int, only_if_unc
                 write_atomically(frame, partition_file(lake, table, run_id))
             else:
                 partition_file(lake, table, run_id).unlink(missing_ok=True)
-        write_atomically(errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS),
-                         partition_file(lake, "errors", run_id))
+        write_atomically(
+            errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS), partition_file(lake, "errors", run_id)
+        )
         write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
         # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
         quarantined = sum(o.status == "quarantined" for o in outcomes.values())
@@ -653,17 +736,27 @@ def _length_mismatches(run_id: str, epochs: pl.DataFrame, trajectories: pl.DataF
     for column in [c for c in epochs.columns if c in trajectories.columns and c not in EPOCH_COLUMNS]:
         if epochs[column].dtype != pl.String:
             continue
-        for path, epoch, n, text in epochs.filter(pl.col(column).is_not_null()).select(
-                "source_path", "epoch", "n_trajectories", column).iter_rows():
+        for path, epoch, n, text in (
+            epochs.filter(pl.col(column).is_not_null())
+            .select("source_path", "epoch", "n_trajectories", column)
+            .iter_rows()
+        ):
             try:
                 values = orjson.loads(text)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(values, list):
-                rows.append(_error(
-                    run_id, path, epoch, "extra_length_mismatch", "warning",
-                    f"per-trajectory extra `{column}` holds {len(values)} value(s) for {n} trajectories",
-                    f"loaded: its values kept as JSON text in fact_epochs.{column}, null in fact_trajectories"))
+                rows.append(
+                    _error(
+                        run_id,
+                        path,
+                        epoch,
+                        "extra_length_mismatch",
+                        "warning",
+                        f"per-trajectory extra `{column}` holds {len(values)} value(s) for {n} trajectories",
+                        f"loaded: its values kept as JSON text in fact_epochs.{column}, null in fact_trajectories",
+                    )
+                )
     return rows
 
 
@@ -713,19 +806,37 @@ def _in_column_order(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
 
 
 def _error(run_id, source_path, epoch, kind, severity, message, action) -> dict:
-    return {"run_id": run_id, "source_path": source_path, "epoch": epoch, "error_kind": kind,
-            "severity": severity, "message": message, "action": action}
+    return {
+        "run_id": run_id,
+        "source_path": source_path,
+        "epoch": epoch,
+        "error_kind": kind,
+        "severity": severity,
+        "message": message,
+        "action": action,
+    }
 
 
 def _inventory_errors(run_id: str, skipped: list[SkippedEntry]) -> pl.DataFrame:
-    rows = [_error(run_id, s.source_path, s.epoch, s.error_kind or "bad_entry", s.severity, s.reason,
-                   "not loaded: duplicate" if s.error_kind == "duplicate_epoch" else "skipped: not opened")
-            for s in skipped if s.is_problem]
+    rows = [
+        _error(
+            run_id,
+            s.source_path,
+            s.epoch,
+            s.error_kind or "bad_entry",
+            s.severity,
+            s.reason,
+            "not loaded: duplicate" if s.error_kind == "duplicate_epoch" else "skipped: not opened",
+        )
+        for s in skipped
+        if s.is_problem
+    ]
     return pl.DataFrame(rows, schema=ERROR_COLUMNS)
 
 
-def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _Outcome],
-               skipped: list[SkippedEntry]) -> pl.DataFrame:
+def _inventory(
+    run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _Outcome], skipped: list[SkippedEntry]
+) -> pl.DataFrame:
     """One row per entry of the run folder: its epoch files with what became of them, then what was skipped."""
     paths = sorted(current)
     files = [current[path] for path in paths]
@@ -744,18 +855,29 @@ def _inventory(run_id: str, current: dict[str, EpochFile], outcomes: dict[str, _
         schema=FILE_COLUMNS,
     )
     others = pl.DataFrame(
-        {"run_id": [run_id] * len(skipped), "source_path": [s.source_path for s in skipped],
-         "epoch_in_name": [s.epoch for s in skipped],
-         "status": ["duplicate" if s.error_kind == "duplicate_epoch" else "skipped" for s in skipped],
-         "reason": [s.reason for s in skipped]},
+        {
+            "run_id": [run_id] * len(skipped),
+            "source_path": [s.source_path for s in skipped],
+            "epoch_in_name": [s.epoch for s in skipped],
+            "status": ["duplicate" if s.error_kind == "duplicate_epoch" else "skipped" for s in skipped],
+            "reason": [s.reason for s in skipped],
+        },
         schema={name: FILE_COLUMNS[name] for name in ("run_id", "source_path", "epoch_in_name", "status", "reason")},
     )
     return pl.concat([listed, others], how="diagonal_relaxed").select(list(FILE_COLUMNS))
 
 
-def _result(run_id, changed, parsed, quarantined: int, lake: Path, started: float,
-            epochs: pl.DataFrame | None = None, trajectories: pl.DataFrame | None = None,
-            rows: dict | None = None) -> RunIngestResult:
+def _result(
+    run_id,
+    changed,
+    parsed,
+    quarantined: int,
+    lake: Path,
+    started: float,
+    epochs: pl.DataFrame | None = None,
+    trajectories: pl.DataFrame | None = None,
+    rows: dict | None = None,
+) -> RunIngestResult:
     rows = rows or {}
 
     def count(table: str, frame: pl.DataFrame | None) -> int:
@@ -764,8 +886,9 @@ def _result(run_id, changed, parsed, quarantined: int, lake: Path, started: floa
         return rows[table] if table in rows else _count_rows(partition_file(lake, table, run_id))
 
     n_epochs, n_traj = count("epochs", epochs), count("trajectories", trajectories)
-    return RunIngestResult(run_id, changed, parsed, quarantined, n_epochs, n_traj,
-                           round(time.perf_counter() - started, 3))
+    return RunIngestResult(
+        run_id, changed, parsed, quarantined, n_epochs, n_traj, round(time.perf_counter() - started, 3)
+    )
 
 
 def _count_rows(path: Path) -> int:
@@ -792,8 +915,9 @@ def gone_runs(lake: Path, present) -> list[str]:
     return sorted(run_id for run_id in lake_runs(lake) if run_id not in present)
 
 
-def ingest_run_folder(run: RunFolder, lake: Path, max_file_bytes: int,
-                      quiet_seconds: int = DEFAULT_QUIET_SECONDS) -> RunIngestResult:
+def ingest_run_folder(
+    run: RunFolder, lake: Path, max_file_bytes: int, quiet_seconds: int = DEFAULT_QUIET_SECONDS
+) -> RunIngestResult:
     return ingest_run(list_run(run), lake, max_file_bytes, quiet_seconds=quiet_seconds)
 
 
@@ -890,8 +1014,14 @@ class RunSelection:
         return sorted([run_id for run_id, work in self.work.items() if work.pending] + self.gone)
 
 
-def select_runs(runs: Iterable[RunFolder], lake: Path, max_file_bytes: int, full_scan: bool = False,
-                must_list: Collection[str] = (), quiet_seconds: int = DEFAULT_QUIET_SECONDS) -> RunSelection:
+def select_runs(
+    runs: Iterable[RunFolder],
+    lake: Path,
+    max_file_bytes: int,
+    full_scan: bool = False,
+    must_list: Collection[str] = (),
+    quiet_seconds: int = DEFAULT_QUIET_SECONDS,
+) -> RunSelection:
     """Compares every run folder with the lake's manifests: the one decision of which run partitions have work,
     for a build and for the release sensor alike. Parses nothing. A run unchanged_by_stamps settles is not listed,
     unless full_scan or its id is in must_list; a listed run with nothing to do has its stamps brought up to date."""

@@ -136,8 +136,14 @@ def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset
                     f"nor a lake table ({', '.join(f'{LAKE_SCHEMA}.{t}' for t in sorted(lake_tables)) or 'lake.*'})"
                 )
         models[path.stem] = SqlModel(
-            path.stem, path.parent.name, path, sql, header_comment(sql), tuple(sorted(model_deps)),
-            tuple(sorted(lake_deps)), **declarations.get(path.stem, {}),
+            path.stem,
+            path.parent.name,
+            path,
+            sql,
+            header_comment(sql),
+            tuple(sorted(model_deps)),
+            tuple(sorted(lake_deps)),
+            **declarations.get(path.stem, {}),
         )
     return _in_dependency_order(models)
 
@@ -165,14 +171,18 @@ def _declaration(schema: Path, entry: dict) -> dict:
     if config.get("materialized") == "incremental":
         key = config.get("unique_key")
         if key not in INCREMENTAL_KEYS or config.get("incremental_strategy") != "delete+insert":
-            raise ModelError(f"{where}: an incremental model is refreshed by `incremental_strategy: delete+insert` on "
-                             f"`unique_key: {' | '.join(INCREMENTAL_KEYS)}`, not {key!r}")
+            raise ModelError(
+                f"{where}: an incremental model is refreshed by `incremental_strategy: delete+insert` on "
+                f"`unique_key: {' | '.join(INCREMENTAL_KEYS)}`, not {key!r}"
+            )
     columns = []
     for column in entry.get("columns") or []:
         tests = tuple(column.get("data_tests") or ())
         if set(tests) - set(COLUMN_TESTS) or not column.get("description"):
-            raise ModelError(f"{where}: column `{column.get('name')}` needs a description, and its data_tests "
-                             f"are among {', '.join(COLUMN_TESTS)}")
+            raise ModelError(
+                f"{where}: column `{column.get('name')}` needs a description, and its data_tests "
+                f"are among {', '.join(COLUMN_TESTS)}"
+            )
         columns.append(ModelColumn(column["name"], str(column.get("data_type", "")), column["description"], tests))
     combinations = []
     for test in entry.get("data_tests") or []:
@@ -180,8 +190,12 @@ def _declaration(schema: Path, entry: dict) -> dict:
             raise ModelError(f"{where}: a model's data_tests are {COMBINATION_TEST} only, not {test!r}")
         combinations.append(tuple(test[COMBINATION_TEST]["combination_of_columns"]))
     columns_from = tuple(((entry.get("meta") or {}).get("dagster") or {}).get("columns_from") or ())
-    return {"incremental_key": key, "columns": tuple(columns), "unique_combinations": tuple(combinations),
-            "columns_from": columns_from}
+    return {
+        "incremental_key": key,
+        "columns": tuple(columns),
+        "unique_combinations": tuple(combinations),
+        "columns_from": columns_from,
+    }
 
 
 def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:
@@ -265,8 +279,10 @@ def _inputs_of_keys(con: duckdb.DuckDBPyConnection, model: SqlModel, chosen: str
     try:
         for dep in model.model_deps:
             if model.incremental_key in dict(columns(con, dep)):
-                con.execute(f"create or replace temp view {dep} as "
-                            f"select * from {sql_identifier(catalog)}.main.{dep} where {chosen}")
+                con.execute(
+                    f"create or replace temp view {dep} as "
+                    f"select * from {sql_identifier(catalog)}.main.{dep} where {chosen}"
+                )
                 shadowed.append(dep)
         yield
     finally:
@@ -295,5 +311,6 @@ def key_digests(con: duckdb.DuckDBPyConnection, relation: str, key: str) -> tupl
         f"select {key}::varchar, md5(string_agg(row_text, chr(10) order by row_text))"
         f" from (select {key}, t::varchar as row_text from {relation} as t) group by 1"
     ).fetchall()
-    return {value: digest for value, digest in found if value is not None}, \
-        next((digest for value, digest in found if value is None), "")
+    return {value: digest for value, digest in found if value is not None}, next(
+        (digest for value, digest in found if value is None), ""
+    )

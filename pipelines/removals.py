@@ -14,8 +14,9 @@ class RemovalRefused(Exception):
     """A build that would remove runs by what looks like a mistake; the message names the release and the way out."""
 
 
-def removal_refusal(release_roots: Iterable[Path], runs: Mapping[str, RunFolder], lake: Path,
-                    remove_releases: Collection[str] = ()) -> str | None:
+def removal_refusal(
+    release_roots: Iterable[Path], runs: Mapping[str, RunFolder], lake: Path, remove_releases: Collection[str] = ()
+) -> str | None:
     """Why the runs the lake holds but no release shows may not be removed, or None when they may.
 
     A run is in the release its manifest names. Its removal is refused when that release shows no run at all now,
@@ -43,8 +44,9 @@ def removal_refusal(release_roots: Iterable[Path], runs: Mapping[str, RunFolder]
     return f"the warehouse holds {held}, and no release given is {release!r}: refusing to remove them; {way_out}"
 
 
-def check_removals(release_roots: Iterable[Path], runs: Mapping[str, RunFolder], lake: Path,
-                   remove_releases: Collection[str] = ()) -> None:
+def check_removals(
+    release_roots: Iterable[Path], runs: Mapping[str, RunFolder], lake: Path, remove_releases: Collection[str] = ()
+) -> None:
     """Raises RemovalRefused with removal_refusal's reason, if any."""
     if reason := removal_refusal(release_roots, runs, lake, remove_releases):
         raise RemovalRefused(reason)

@@ -124,9 +124,11 @@ def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> str:
         return source
     parts = []
     for types, group in groups.items():
-        as_json = [f"to_json({sql_identifier(name)})::varchar as {sql_identifier(name)}"
-                   for name, column_type in zip(nested, types)
-                   if name in differing and column_type not in (None, "VARCHAR")]
+        as_json = [
+            f"to_json({sql_identifier(name)})::varchar as {sql_identifier(name)}"
+            for name, column_type in zip(nested, types)
+            if name in differing and column_type not in (None, "VARCHAR")
+        ]
         replace = f" replace ({', '.join(as_json)})" if as_json else ""
         parts.append(f"select *{replace} from {parquet_source(group)}")
     return "(" + " union all by name ".join(parts) + ")"
@@ -142,9 +144,12 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     con.execute(f"create schema if not exists {BOOKKEEPING}")
     con.execute(f"create table if not exists {BOOKKEEPING}.lake_views (view varchar primary key, fingerprint varchar)")
     made = dict(con.execute(f"select view, fingerprint from {BOOKKEEPING}.lake_views").fetchall())
-    present = {name for (name,) in con.execute(
-        "select view_name from duckdb_views() where schema_name = 'lake' and database_name = current_database()"
-    ).fetchall()}
+    present = {
+        name
+        for (name,) in con.execute(
+            "select view_name from duckdb_views() where schema_name = 'lake' and database_name = current_database()"
+        ).fetchall()
+    }
     for view, schema in LAKE_VIEWS.items():
         fingerprint = f"{VIEWS_FORMAT}:{Path(lake).resolve()}:{lake_fingerprint(lake, [view])}"
         if made.get(view) == fingerprint and view in present:
@@ -175,8 +180,13 @@ def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
 
 
 @contextmanager
-def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600, memory_limit: str | None = None,
-                  storage_version: str = DEFAULT_STORAGE_VERSION) -> Iterator[duckdb.DuckDBPyConnection]:
+def open_build_db(
+    warehouse: Path,
+    read_only: bool = False,
+    timeout: float = 600,
+    memory_limit: str | None = None,
+    storage_version: str = DEFAULT_STORAGE_VERSION,
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """The build database, held under a cross-process lock so that one writer at a time touches it.
 
     DuckDB gets memory_limit (a DuckDB size such as "2GB"; default DEFAULT_MEMORY_LIMIT)
@@ -189,7 +199,9 @@ def open_build_db(warehouse: Path, read_only: bool = False, timeout: float = 600
     try:
         lock.acquire(timeout=timeout)
     except Timeout:
-        raise WarehouseBusy(f"the build database in {folder} stayed locked by another build for {timeout:.0f} s") from None
+        raise WarehouseBusy(
+            f"the build database in {folder} stayed locked by another build for {timeout:.0f} s"
+        ) from None
     try:
         path = folder / "build.duckdb"
         config = {
@@ -223,14 +235,20 @@ def _connect_for_writing(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(path), config=config)
     con.execute(f"create schema if not exists {BOOKKEEPING}")
     con.execute(f"create table if not exists {BOOKKEEPING}.storage_version (version varchar)")
-    con.execute(f"insert into {BOOKKEEPING}.storage_version select ?"
-                f" where not exists (select * from {BOOKKEEPING}.storage_version)", [storage_version])
-    con.execute(f"create table if not exists {BOOKKEEPING}.model_state"
-                " (model varchar primary key, fingerprint varchar, built_at timestamptz)")
+    con.execute(
+        f"insert into {BOOKKEEPING}.storage_version select ?"
+        f" where not exists (select * from {BOOKKEEPING}.storage_version)",
+        [storage_version],
+    )
+    con.execute(
+        f"create table if not exists {BOOKKEEPING}.model_state"
+        " (model varchar primary key, fingerprint varchar, built_at timestamptz)"
+    )
     # An incremental model's inputs when it was last computed: the fingerprint of what holds every run (its SQL,
     # the parameters, the tables it reads whole) and a stamp per value of its key.
-    con.execute(f"create table if not exists {BOOKKEEPING}.model_inputs"
-                " (model varchar primary key, fingerprint varchar)")
+    con.execute(
+        f"create table if not exists {BOOKKEEPING}.model_inputs (model varchar primary key, fingerprint varchar)"
+    )
     con.execute(f"create table if not exists {BOOKKEEPING}.model_keys (model varchar, key varchar, stamp varchar)")
     return con
 
@@ -284,15 +302,18 @@ def recorded_inputs(con: duckdb.DuckDBPyConnection, model: str) -> tuple[str | N
 
 
 def record_inputs(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str, stamps: dict[str, str]) -> None:
-    keys = pl.DataFrame({"model": [model] * len(stamps), "key": list(stamps), "stamp": list(stamps.values())},
-                        schema={"model": pl.String, "key": pl.String, "stamp": pl.String})
+    keys = pl.DataFrame(
+        {"model": [model] * len(stamps), "key": list(stamps), "stamp": list(stamps.values())},
+        schema={"model": pl.String, "key": pl.String, "stamp": pl.String},
+    )
     con.execute(f"delete from {BOOKKEEPING}.model_keys where model = ?", [model])
     con.execute(f"insert into {BOOKKEEPING}.model_keys select * from keys")
     con.execute(f"insert or replace into {BOOKKEEPING}.model_inputs values (?, ?)", [model, fingerprint])
 
 
-def publish(warehouse: Path, tables: Iterable[str] | None = None,
-            storage_version: str = DEFAULT_STORAGE_VERSION) -> Path:
+def publish(
+    warehouse: Path, tables: Iterable[str] | None = None, storage_version: str = DEFAULT_STORAGE_VERSION
+) -> Path:
     """Copies the build database's tables (the given ones, default all) to warehouse.duckdb by atomic rename, so
     readers see either the old or the new one.
 
@@ -329,16 +350,22 @@ def _keep_only_tables(path: Path, tables: Iterable[str] | None, storage_version:
         con.execute("drop schema if exists lake cascade")
         if tables is not None:
             keep = set(tables)
-            present = con.execute("select table_name from duckdb_tables()"
-                                  " where database_name = current_database() and schema_name = 'main'").fetchall()
+            present = con.execute(
+                "select table_name from duckdb_tables()"
+                " where database_name = current_database() and schema_name = 'main'"
+            ).fetchall()
             for (name,) in present:
                 if name not in keep:
                     con.execute(f"drop table main.{sql_identifier(name)}")
         con.execute("checkpoint")
 
 
-def publish_if_changed(warehouse: Path, fingerprint: str, tables: Iterable[str] | None = None,
-                       storage_version: str = DEFAULT_STORAGE_VERSION) -> bool:
+def publish_if_changed(
+    warehouse: Path,
+    fingerprint: str,
+    tables: Iterable[str] | None = None,
+    storage_version: str = DEFAULT_STORAGE_VERSION,
+) -> bool:
     """Publishes unless warehouse.duckdb already holds the build whose fingerprint is given; True if it published."""
     marker = build_dir(warehouse) / "published.json"
     try:

@@ -26,12 +26,16 @@ def epoch_document(epoch: int, n: int = 4, **extras) -> dict:
     }
 
 
-def write_epoch_file(run_dir: Path, epoch: int, document=None, layout: str = "file",
-                     name_epoch: int | None = None) -> Path:
+def write_epoch_file(
+    run_dir: Path, epoch: int, document=None, layout: str = "file", name_epoch: int | None = None
+) -> Path:
     """Writes one epoch document (a dict, or raw text/bytes) in either layout; returns its path."""
     number = epoch if name_epoch is None else name_epoch
-    path = (run_dir / f"epoch_{number:03d}_results.json" if layout == "file"
-            else run_dir / f"epoch_{number:03d}" / "results.json")
+    path = (
+        run_dir / f"epoch_{number:03d}_results.json"
+        if layout == "file"
+        else run_dir / f"epoch_{number:03d}" / "results.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     if document is None:
         document = epoch_document(epoch)

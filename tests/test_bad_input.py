@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import epoch_document, write_epoch_file
 
 pytestmark = pytest.mark.slow  # whole builds of a damaged release
@@ -101,39 +100,50 @@ def test_every_good_epoch_is_loaded_and_no_bad_one(damaged_warehouse, query):
     assert {epoch for epoch, _ in rows} == GOOD_EPOCHS
     # Two files for epoch 9: the more recently written one (the folder layout) is kept.
     assert dict(rows)[9] == f"{RUN}/epoch_009/results.json"
-    assert query(damaged_warehouse[1], "select distinct epoch from fact_trajectories where run_id = ? order by 1",
-                 RUN) == [(e,) for e in sorted(GOOD_EPOCHS)]
+    assert query(
+        damaged_warehouse[1], "select distinct epoch from fact_trajectories where run_id = ? order by 1", RUN
+    ) == [(e,) for e in sorted(GOOD_EPOCHS)]
 
 
 @pytest.mark.parametrize("source_path", sorted(EXPECTED))
 def test_one_row_per_bad_file(damaged_warehouse, query, source_path):
-    rows = query(damaged_warehouse[1], "select error_kind, severity, action, message, epoch, run_id "
-                                       "from ingest_errors where source_path = ?", source_path)
+    rows = query(
+        damaged_warehouse[1],
+        "select error_kind, severity, action, message, epoch, run_id from ingest_errors where source_path = ?",
+        source_path,
+    )
     assert [r[:3] for r in rows] == [EXPECTED[source_path]]
     message = rows[0][3]
     assert message and str(damaged_warehouse[1].parent) not in message  # no absolute paths
 
 
 def test_nothing_else_in_ingest_errors(damaged_warehouse, query):
-    paths = {p for (p,) in query(damaged_warehouse[1], "select source_path from ingest_errors "
-                                                       "where error_kind != 'partial_group'")}
+    paths = {
+        p
+        for (p,) in query(
+            damaged_warehouse[1], "select source_path from ingest_errors where error_kind != 'partial_group'"
+        )
+    }
     assert paths == set(EXPECTED)
 
 
-@pytest.mark.parametrize("source_path, fragment", [
-    (f"{RUN}/epoch_001_results.json", "line 1, column"),
-    (f"{RUN}/epoch_003_results.json", "invalid UTF-8 at line 1"),
-    (f"{RUN}/epoch_005_results.json", "`rewards`"),
-    (f"{RUN}/epoch_006_results.json", "`loss` should be a number, found str"),
-    (f"{RUN}/epoch_007_results.json", "`rewards` should be a list"),
-    (f"{RUN}/epoch_008_results.json", "`advantages` 1"),
-    (f"{RUN}/epoch_009_results.json", f"{RUN}/epoch_009/results.json"),
-    (f"{RUN}/epoch_010_results.json", "says epoch 11 but its name says epoch 10"),
-    (f"{RUN}/epoch_012_results.json", "`loss`"),
-    (f"{RUN}/epoch_014_results.json", str(65 * 2**20)),
-    (f"{RUN}/epoch_016_results.json", "Permission denied"),
-    (f"{RUN}/epoch_017_results.json", "`train_entropy`"),
-])
+@pytest.mark.parametrize(
+    "source_path, fragment",
+    [
+        (f"{RUN}/epoch_001_results.json", "line 1, column"),
+        (f"{RUN}/epoch_003_results.json", "invalid UTF-8 at line 1"),
+        (f"{RUN}/epoch_005_results.json", "`rewards`"),
+        (f"{RUN}/epoch_006_results.json", "`loss` should be a number, found str"),
+        (f"{RUN}/epoch_007_results.json", "`rewards` should be a list"),
+        (f"{RUN}/epoch_008_results.json", "`advantages` 1"),
+        (f"{RUN}/epoch_009_results.json", f"{RUN}/epoch_009/results.json"),
+        (f"{RUN}/epoch_010_results.json", "says epoch 11 but its name says epoch 10"),
+        (f"{RUN}/epoch_012_results.json", "`loss`"),
+        (f"{RUN}/epoch_014_results.json", str(65 * 2**20)),
+        (f"{RUN}/epoch_016_results.json", "Permission denied"),
+        (f"{RUN}/epoch_017_results.json", "`train_entropy`"),
+    ],
+)
 def test_messages_say_what_and_where(damaged_warehouse, query, source_path, fragment):
     ((message,),) = query(damaged_warehouse[1], "select message from ingest_errors where source_path = ?", source_path)
     assert fragment in message
@@ -148,13 +158,16 @@ def test_inventory_lists_every_entry_with_its_status(damaged_warehouse, query):
     assert status[f"{RUN}/epoch_001_results.json"] == "quarantined"
 
 
-@pytest.mark.parametrize("statement, fragment", [
-    ("copy (select 1) to '{tmp}/out.csv'", "disabled by configuration"),
-    ("attach '{tmp}/other.duckdb' as other", "disabled by configuration"),
-    ("create table t as select 1", "read-only"),
-    ("insert into dim_runs (run_id) values ('x')", "read-only"),
-    ("set enable_external_access = true", "locked"),
-])
+@pytest.mark.parametrize(
+    "statement, fragment",
+    [
+        ("copy (select 1) to '{tmp}/out.csv'", "disabled by configuration"),
+        ("attach '{tmp}/other.duckdb' as other", "disabled by configuration"),
+        ("create table t as select 1", "read-only"),
+        ("insert into dim_runs (run_id) values ('x')", "read-only"),
+        ("set enable_external_access = true", "locked"),
+    ],
+)
 def test_sql_command_cannot_write(damaged_warehouse, tmp_path, capsys, statement, fragment):
     from pipelines.cli import main
 
@@ -171,13 +184,16 @@ def test_fixed_file_loads_on_the_next_build_and_type_drift_is_kept(tmp_path, wri
     write_epoch(release / "run", 1, '{"epoch": 1, "loss"')
     assert build([release], wh) == 0
     assert query(wh, "select source_path, error_kind from ingest_errors order by 1") == [
-        ("run/", "partial_group"), ("run/epoch_001_results.json", "truncated_json")]
+        ("run/", "partial_group"),
+        ("run/epoch_001_results.json", "truncated_json"),
+    ]
     assert query(wh, "select phase from fact_epochs") == [(1,)]
 
     write_epoch(release / "run", 1, epoch_document(1, phase=2))  # fixed
     write_epoch(release / "run", 2, epoch_document(2, phase="cooldown"))  # a new file whose extra changes type
     assert build([release], wh) == 0
-    assert query(wh, "select epoch, phase from fact_epochs order by epoch") == [
-        (0, "1"), (1, "2"), (2, '"cooldown"')]
+    assert query(wh, "select epoch, phase from fact_epochs order by epoch") == [(0, "1"), (1, "2"), (2, '"cooldown"')]
     assert query(wh, "select source_path, error_kind, severity from ingest_errors order by 2") == [
-        ("run/", "partial_group", "warning"), ("run/", "type_drift", "warning")]
+        ("run/", "partial_group", "warning"),
+        ("run/", "type_drift", "warning"),
+    ]

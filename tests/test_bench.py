@@ -5,7 +5,7 @@ from pathlib import Path
 
 from conftest import epoch_document, write_epoch_file
 
-from pipelines.bench import build_ratios, add_epoch_file, check_targets, format_table, run_bench
+from pipelines.bench import add_epoch_file, build_ratios, check_targets, format_table, run_bench
 from pipelines.release.sample import write_epoch_in_layout
 
 
@@ -41,8 +41,17 @@ def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
     release = tiny_release(tmp_path)
     before = sorted(p.relative_to(release) for p in release.rglob("*"))
     lines: list[str] = []
-    report = run_bench([], [str(release)], str(tmp_path / "work"), workers=1, repeat=1,
-                       json_path=str(tmp_path / "bench.json"), keep=False, with_build=False, say=lines.append)
+    report = run_bench(
+        [],
+        [str(release)],
+        str(tmp_path / "work"),
+        workers=1,
+        repeat=1,
+        json_path=str(tmp_path / "bench.json"),
+        keep=False,
+        with_build=False,
+        say=lines.append,
+    )
 
     assert sorted(p.relative_to(release) for p in release.rglob("*")) == before
     summary = report["results"]["release"]["summary"]
@@ -55,15 +64,34 @@ def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
     assert raw["ingest_one_file"][0]["result"]["trajectories"] == 24  # the copied document adds its 4
     # The bench's steps take runs as quiet at once: the sensor's tick after the build lists neither run.
     assert {k: raw["sensor_tick"][0]["result"][k] for k in ("quiet_runs", "runs_to_ingest")} == {
-        "quiet_runs": 2, "runs_to_ingest": 0}
-    for name in ("decode_lower_bound", "ingest_1_worker", "ingest_full", "ingest_no_change", "ingest_one_file",
-                 "sensor_tick", "duckdb", "pandas"):
+        "quiet_runs": 2,
+        "runs_to_ingest": 0,
+    }
+    for name in (
+        "decode_lower_bound",
+        "ingest_1_worker",
+        "ingest_full",
+        "ingest_no_change",
+        "ingest_one_file",
+        "sensor_tick",
+        "duckdb",
+        "pandas",
+    ):
         measurement = raw[name][0]
         assert measurement["wall_seconds"] > 0 and measurement["peak_rss_bytes"] > 0, name
     text = "\n".join(lines)
-    for figure in ("decode-only lower bound", "json.loads read-and-decode", "ingest, full", "1 worker", "no change",
-                   "one new epoch file",
-                   "sensor tick", "plain DuckDB", "pandas", "targets:"):
+    for figure in (
+        "decode-only lower bound",
+        "json.loads read-and-decode",
+        "ingest, full",
+        "1 worker",
+        "no change",
+        "one new epoch file",
+        "sensor tick",
+        "plain DuckDB",
+        "pandas",
+        "targets:",
+    ):
         assert figure in text, figure
     assert json.loads((tmp_path / "bench.json").read_text())["machine"]["nproc"] >= 1
     assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
@@ -72,7 +100,9 @@ def test_bench_reports_every_figure_without_touching_the_release(tmp_path):
 def test_targets_are_judged_against_their_bars():
     def summary(ingest, decode, duckdb, one_file, peak, no_change_build, no_change_ingest):
         return {
-            "ingest_vs_decode": ingest / decode, "duckdb_vs_ingest": duckdb / ingest, "one_file_share": one_file / ingest,
+            "ingest_vs_decode": ingest / decode,
+            "duckdb_vs_ingest": duckdb / ingest,
+            "one_file_share": one_file / ingest,
             "no_change_files_parsed": 0,
             "peak_tree_rss_bytes": {"ingest_full": peak, "build_full": peak},
             "seconds": {"ingest_no_change": 0.001},  # the work alone: not what the growth is judged on
@@ -97,37 +127,69 @@ def test_targets_are_judged_against_their_bars():
 def test_format_table_names_each_row():
     figures = ("decode_lower_bound", "ingest_full", "ingest_no_change", "ingest_one_file", "duckdb")
     per_figure = {name: 1.0 for name in figures}
-    text = format_table("release", {
-        "seconds": per_figure, "process_seconds": per_figure, "cpu_seconds": per_figure,
-        "peak_tree_rss_bytes": per_figure, "peak_rss_bytes": per_figure, "runs": 1, "files": 2, "bytes": 3,
-        "trajectories": 4, "stdlib_fallbacks": 0, "no_change_files_parsed": 0, "duckdb_vs_ingest": 1.0,
-        "one_file_share": 1.0,
-    })
+    text = format_table(
+        "release",
+        {
+            "seconds": per_figure,
+            "process_seconds": per_figure,
+            "cpu_seconds": per_figure,
+            "peak_tree_rss_bytes": per_figure,
+            "peak_rss_bytes": per_figure,
+            "runs": 1,
+            "files": 2,
+            "bytes": 3,
+            "trajectories": 4,
+            "stdlib_fallbacks": 0,
+            "no_change_files_parsed": 0,
+            "duckdb_vs_ingest": 1.0,
+            "one_file_share": 1.0,
+        },
+    )
     assert "plain DuckDB" in text and "whole build" not in text
 
 
 def test_the_whole_build_is_judged_against_its_references_and_its_parts():
-    steps = {"select_runs": 0.5, "release_runs": 0.25, "run_lake": 4.25, "fact_trajectories": 3.0,
-             "bootstrap_means": 2.0, "ablation_figures": 6.0}
+    steps = {
+        "select_runs": 0.5,
+        "release_runs": 0.25,
+        "run_lake": 4.25,
+        "fact_trajectories": 3.0,
+        "bootstrap_means": 2.0,
+        "ablation_figures": 6.0,
+    }
     raw = {
         "build_full": [{"wall_seconds": 40.0, "result": {"steps": steps}}],
         "figures": [{"result": {"cpu_per_ablation": [0.9, 0.2, 0.35]}}],
         "query": [{"wall_seconds": w, "result": {"cpu_seconds": 0.1}} for w in (0.2, 0.5, 0.25)],
     }
-    summary = {"seconds": {"json_decode": 5.0, "ingest_full": 4.0},
-               "process_seconds": {"build_full": 40.0, "ingest_full": 5.0},
-               "build_full_steps": {"ingest": 5.0, "by_step": steps}}
+    summary = {
+        "seconds": {"json_decode": 5.0, "ingest_full": 4.0},
+        "process_seconds": {"build_full": 40.0, "ingest_full": 5.0},
+        "build_full_steps": {"ingest": 5.0, "by_step": steps},
+    }
     ratios = build_ratios(raw, summary)
     assert ratios["build_vs_json"] == 8.0 and ratios["build_vs_ingest"] == 8.0
     assert ratios["ingest_in_build"] == 1.25  # 5.0 s of ingest steps / 4.0 s alone
     assert (ratios["bootstrap_seconds"], ratios["bootstrap_share"]) == (2.0, 0.05)
     assert (ratios["figure_cpu_max"], ratios["figure_cpu_median"], ratios["query_seconds"]) == (0.9, 0.35, 0.25)
 
-    base = {"ingest_vs_decode": 1.0, "duckdb_vs_ingest": 3.0, "one_file_share": 0.01, "no_change_files_parsed": 0,
-            "peak_tree_rss_bytes": {}, "process_seconds": {}}
-    verdicts = {(c["scale"], c["target"]): c["holds"]
-                for c in check_targets({"scale 10x": {"scale": 10, "summary": {**base, **ratios}},
-                                        "scale 100x": {"scale": 100, "summary": {**base, **ratios}}})}
+    base = {
+        "ingest_vs_decode": 1.0,
+        "duckdb_vs_ingest": 3.0,
+        "one_file_share": 0.01,
+        "no_change_files_parsed": 0,
+        "peak_tree_rss_bytes": {},
+        "process_seconds": {},
+    }
+    verdicts = {
+        (c["scale"], c["target"]): c["holds"]
+        for c in check_targets(
+            {
+                "scale 10x": {"scale": 10, "summary": {**base, **ratios}},
+                "scale 100x": {"scale": 100, "summary": {**base, **ratios}},
+            }
+        )
+    }
     assert verdicts[("scale 10x", "fresh whole build / 1-process json.loads read-and-decode")] is True  # 8x
     assert ("scale 100x", "fresh whole build / 1-process json.loads read-and-decode") not in verdicts
     assert verdicts[("scale 100x", "fresh whole build / ingest alone (process wall)")] is False  # 8x, bar 3x

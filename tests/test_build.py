@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import epoch_document
+
 from pipelines.lake import RUN_TABLES, lake_files
 
 pytestmark = pytest.mark.slow  # whole builds
@@ -13,8 +13,12 @@ pytestmark = pytest.mark.slow  # whole builds
 def test_tiny_hand_written_releases_side_by_side(tmp_path, write_epoch, build, query):
     rel_a, rel_b = tmp_path / "rel_a", tmp_path / "rel_b"
     write_epoch(rel_a / "alpha_2fp", 0, epoch_document(0, n=4, temperature=0.5, target_model=["a", "b", "c", "d"]))
-    write_epoch(rel_a / "alpha_2fp", 1, epoch_document(1, n=4, temperature=0.25, target_model=["e", "f", "g", "h"]),
-                layout="folder")
+    write_epoch(
+        rel_a / "alpha_2fp",
+        1,
+        epoch_document(1, n=4, temperature=0.25, target_model=["e", "f", "g", "h"]),
+        layout="folder",
+    )
     write_epoch(rel_b / "beta", 0, epoch_document(0, n=2, judge_score=[1, 2], n_correct=7))
     (rel_a / "alpha_2fp" / "epoch_002_results.json").write_text('{"epoch": 2, "rewards": [')
     registry = tmp_path / "runs.csv"
@@ -24,23 +28,40 @@ def test_tiny_hand_written_releases_side_by_side(tmp_path, write_epoch, build, q
     assert build([rel_a, rel_b], wh, "--registry", str(registry)) == 0
 
     assert query(wh, "select run_id, release, fp_per_group, group_size, ablation, label from dim_runs order by 1") == [
-        ("alpha_2fp", "rel_a", 2, 2, "rel_a", "Alpha"), ("beta", "rel_b", None, 8, "rel_b", "beta")]
-    assert query(wh, "select run_id, epoch, loss, n_trajectories, temperature, n_correct from fact_epochs order by 1, 2") == [
-        ("alpha_2fp", 0, 0.5, 4, 0.5, None), ("alpha_2fp", 1, 1.5, 4, 0.25, None), ("beta", 0, 0.5, 2, None, 7)]
+        ("alpha_2fp", "rel_a", 2, 2, "rel_a", "Alpha"),
+        ("beta", "rel_b", None, 8, "rel_b", "beta"),
+    ]
+    assert query(
+        wh, "select run_id, epoch, loss, n_trajectories, temperature, n_correct from fact_epochs order by 1, 2"
+    ) == [("alpha_2fp", 0, 0.5, 4, 0.5, None), ("alpha_2fp", 1, 1.5, 4, 0.25, None), ("beta", 0, 0.5, 2, None, 7)]
     # group_size 2 from the registry: trajectories 0,1 form group 0 and 2,3 group 1.
-    assert query(wh, "select epoch, traj_index, group_index, reward, target_model from fact_trajectories "
-                     "where run_id = 'alpha_2fp' and epoch = 1 order by traj_index") == [
-        (1, 0, 0, 0.0, "e"), (1, 1, 0, 0.25, "f"), (1, 2, 1, 0.5, "g"), (1, 3, 1, 0.75, "h")]
+    assert query(
+        wh,
+        "select epoch, traj_index, group_index, reward, target_model from fact_trajectories "
+        "where run_id = 'alpha_2fp' and epoch = 1 order by traj_index",
+    ) == [(1, 0, 0, 0.0, "e"), (1, 1, 0, 0.25, "f"), (1, 2, 1, 0.5, "g"), (1, 3, 1, 0.75, "h")]
     assert query(wh, "select judge_score from fact_trajectories where run_id = 'beta' order by traj_index") == [
-        (1,), (2,)]
+        (1,),
+        (2,),
+    ]
     errors = query(wh, "select source_path, run_id, epoch, error_kind, action from ingest_errors order by 1")
-    assert errors == [("alpha_2fp/epoch_002_results.json", "alpha_2fp", 2, "truncated_json", "quarantined: not loaded"),
-                      # 2 trajectories in a group of 8 (the default): the one group is partial
-                      ("beta/", "beta", 0, "partial_group", "loaded: groups of group_size trajectories in order, "
-                       "the last one smaller (group_metrics.is_partial)")]
+    assert errors == [
+        ("alpha_2fp/epoch_002_results.json", "alpha_2fp", 2, "truncated_json", "quarantined: not loaded"),
+        # 2 trajectories in a group of 8 (the default): the one group is partial
+        (
+            "beta/",
+            "beta",
+            0,
+            "partial_group",
+            "loaded: groups of group_size trajectories in order, the last one smaller (group_metrics.is_partial)",
+        ),
+    ]
     statuses = dict(query(wh, "select source_path, status from file_inventory where run_id = 'alpha_2fp'"))
-    assert statuses == {"alpha_2fp/epoch_000_results.json": "loaded", "alpha_2fp/epoch_001/results.json": "loaded",
-                        "alpha_2fp/epoch_002_results.json": "quarantined"}
+    assert statuses == {
+        "alpha_2fp/epoch_000_results.json": "loaded",
+        "alpha_2fp/epoch_001/results.json": "loaded",
+        "alpha_2fp/epoch_002_results.json": "quarantined",
+    }
 
 
 def test_sample_release_epoch_counts_match_the_seed(sample_warehouse, query):
@@ -62,8 +83,12 @@ def test_sample_release_trajectories_match_the_files(sample_warehouse, query):
     path = next(releases[0].glob("*/epoch_007_results.json"))
     document = json.loads(path.read_text())
     run_id = path.parent.name
-    rows = query(wh, "select trajectory_id, reward, advantage, group_index from fact_trajectories "
-                     "where run_id = ? and epoch = 7 order by traj_index", run_id)
+    rows = query(
+        wh,
+        "select trajectory_id, reward, advantage, group_index from fact_trajectories "
+        "where run_id = ? and epoch = 7 order by traj_index",
+        run_id,
+    )
     assert [r[0] for r in rows] == document["trajectory_ids"]
     assert [r[1] for r in rows] == document["rewards"]
     assert [r[2] for r in rows] == document["advantages"]

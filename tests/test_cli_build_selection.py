@@ -5,10 +5,10 @@ from collections import Counter
 
 import dagster as dg
 import pytest
+from conftest import epoch_document
 
 import pipelines.build
 import pipelines.lake
-from conftest import epoch_document
 from pipelines.build import _partition_blocks, stale_runs
 from pipelines.lake import ingest_runs, select_runs
 from pipelines.release.discover import find_run_folders
@@ -98,7 +98,8 @@ def test_runs_new_to_the_lake_are_stale_without_being_listed(tmp_path, write_epo
 
 @pytest.mark.slow
 def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
-        tmp_path, monkeypatch, write_epoch, build, query, launches):
+    tmp_path, monkeypatch, write_epoch, build, query, launches
+):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the default: a throwaway instance per build
     release, wh = tmp_path / "release", tmp_path / "wh"
     three_runs(release, write_epoch)
@@ -120,9 +121,13 @@ def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
     assert lake_partitions(launches[0]) == Counter({(t, "run_b"): 1 for t in LAKE_TABLES})
     # run_b: epochs 0, 1 with 4 trajectories each, and the new epoch 2 with 3.
     assert query(wh, "select run_id, count(*), sum(n_trajectories) from fact_epochs group by 1 order by 1") == [
-        ("run_a", 2, 8), ("run_b", 3, 11), ("run_c", 1, 4)]
+        ("run_a", 2, 8),
+        ("run_b", 3, 11),
+        ("run_c", 1, 4),
+    ]
     assert query(wh, "select count(*), sum(reward) from fact_trajectories where run_id = 'run_b' and epoch = 2") == [
-        (3, 0.0 + 0.25 + 0.5)]
+        (3, 0.0 + 0.25 + 0.5)
+    ]
     assert query(wh, "select count(*) from epoch_metrics") == [(6,)]
 
     launches.clear()
@@ -134,7 +139,8 @@ def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
 
 @pytest.mark.slow
 def test_a_kept_instance_records_only_changed_partitions_and_each_new_partition_once(
-        tmp_path, monkeypatch, write_epoch, build, query, launches):
+    tmp_path, monkeypatch, write_epoch, build, query, launches
+):
     release, wh = tmp_path / "release", tmp_path / "wh"
     three_runs(release, write_epoch)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
@@ -148,13 +154,20 @@ def test_a_kept_instance_records_only_changed_partitions_and_each_new_partition_
     write_epoch(release / "run_c", 1)
     assert build([release], wh) == 0
     assert [lake_partitions(launch) for launch in launches] == [
-        Counter({(t, "run_a"): 1 for t in LAKE_TABLES}), Counter({(t, "run_c"): 1 for t in LAKE_TABLES})]
+        Counter({(t, "run_a"): 1 for t in LAKE_TABLES}),
+        Counter({(t, "run_c"): 1 for t in LAKE_TABLES}),
+    ]
     with dg.DagsterInstance.get() as instance:
-        recorded = Counter(record.partition_key for record in
-                           instance.fetch_materializations(dg.AssetKey(["lake", "epochs"]), limit=100).records)
+        recorded = Counter(
+            record.partition_key
+            for record in instance.fetch_materializations(dg.AssetKey(["lake", "epochs"]), limit=100).records
+        )
     assert recorded == {"run_a": 2, "run_b": 1, "run_c": 2}
     assert query(wh, "select run_id, count(*) from fact_epochs group by 1 order by 1") == [
-        ("run_a", 3), ("run_b", 2), ("run_c", 2)]
+        ("run_a", 3),
+        ("run_b", 2),
+        ("run_c", 2),
+    ]
 
     # Another instance has never seen these partitions: each is materialized once though the lake is up to date.
     launches.clear()

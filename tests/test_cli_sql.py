@@ -26,7 +26,10 @@ def test_csv_writes_nested_columns_as_json_text(warehouse, capsys):
 
 
 def test_json_is_a_list_of_records(warehouse, capsys):
-    assert main(["sql", "select run_id, x from runs order by run_id", "--warehouse", str(warehouse), "--format", "json"]) == 0
+    assert (
+        main(["sql", "select run_id, x from runs order by run_id", "--warehouse", str(warehouse), "--format", "json"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == [{"run_id": "a", "x": 1.5}, {"run_id": "b", "x": None}]
 
 
@@ -58,12 +61,18 @@ def test_a_query_loads_neither_dagster_nor_polars(warehouse):
 
 
 def test_json_keeps_nan_and_infinities_apart_from_null(warehouse, capsys):
-    query = ("select * from (values (1, 'nan'::double, ['inf'::double, 1.0]), (2, 'inf'::double, []),"
-             " (3, '-inf'::double, [null]), (4, null, null), (5, 2.5, [2.0])) t(k, x, xs) order by k")
+    query = (
+        "select * from (values (1, 'nan'::double, ['inf'::double, 1.0]), (2, 'inf'::double, []),"
+        " (3, '-inf'::double, [null]), (4, null, null), (5, 2.5, [2.0])) t(k, x, xs) order by k"
+    )
     assert main(["sql", query, "--warehouse", str(warehouse), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == [
-        {"k": 1, "x": "NaN", "xs": ["Infinity", 1.0]}, {"k": 2, "x": "Infinity", "xs": []},
-        {"k": 3, "x": "-Infinity", "xs": [None]}, {"k": 4, "x": None, "xs": None}, {"k": 5, "x": 2.5, "xs": [2.0]}]
+        {"k": 1, "x": "NaN", "xs": ["Infinity", 1.0]},
+        {"k": 2, "x": "Infinity", "xs": []},
+        {"k": 3, "x": "-Infinity", "xs": [None]},
+        {"k": 4, "x": None, "xs": None},
+        {"k": 5, "x": 2.5, "xs": [2.0]},
+    ]
 
 
 def test_several_statements_each_print_as_tables_and_are_refused_in_one_result_formats(warehouse, capsys):
@@ -76,4 +85,5 @@ def test_several_statements_each_print_as_tables_and_are_refused_in_one_result_f
         assert main(["sql", query, "--warehouse", str(warehouse), "--format", output_format]) == 2
         assert capsys.readouterr().err == (
             f"grpo-warehouse sql: --format {output_format} prints one result, and the query holds 2 statements: run "
-            "them one at a time, or with --format table\n")
+            "them one at a time, or with --format table\n"
+        )

@@ -1,10 +1,10 @@
 """Readers, builds and writers at the same time: nobody blocks a reader, writers take turns, nothing is corrupted."""
 
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -30,19 +30,29 @@ READER = textwrap.dedent("""
 
 
 def cli(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
 
 
 def test_a_reader_keeps_its_snapshot_during_a_refresh_and_a_new_reader_sees_the_new_one(
-        tmp_path, write_epoch, build, query):
+    tmp_path, write_epoch, build, query
+):
     release, wh = tmp_path / "release", tmp_path / "wh"
     for epoch in range(3):
         write_epoch(release / "run_a", epoch)
     assert build([release], wh) == 0
 
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(wh / "warehouse.duckdb")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(wh / "warehouse.duckdb")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert reader.stdout.readline().split() == ["3", "12"]
         write_epoch(release / "run_a", 3)
@@ -103,7 +113,10 @@ def test_writers_in_several_processes_take_turns_on_the_build_database(tmp_path)
         list(pool.map(_write_through_build_db, [(str(tmp_path), writer, 15) for writer in range(3)]))
     with duckdb.connect(str(tmp_path / ".build" / "build.duckdb"), read_only=True) as con:
         assert con.execute("select writer, count(*) from writes group by 1 order by 1").fetchall() == [
-            (0, 15), (1, 15), (2, 15)]
+            (0, 15),
+            (1, 15),
+            (2, 15),
+        ]
         assert con.execute("select count(*) from scratch_2").fetchone() == (15,)
 
 
@@ -127,6 +140,7 @@ def test_ingest_of_runs_in_parallel_processes_including_the_same_run_twice(tmp_p
     for run in ("run_a", "run_b"):
         assert manifest_file(lake, run).exists()
     with duckdb.connect() as con:
-        rows = con.execute(f"select run_id, count(*), count(distinct epoch) from '{lake}/epochs/*/data.parquet' "
-                           "group by 1 order by 1").fetchall()
+        rows = con.execute(
+            f"select run_id, count(*), count(distinct epoch) from '{lake}/epochs/*/data.parquet' group by 1 order by 1"
+        ).fetchall()
     assert rows == [("run_a", 40, 40), ("run_b", 40, 40)]

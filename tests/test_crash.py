@@ -10,18 +10,20 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from conftest import epoch_document
 from filelock import FileLock
 
-from conftest import epoch_document
 from pipelines.lake import manifest_file, partition_file
 from pipelines.warehouse_db import publish
 
 pytestmark = pytest.mark.slow  # builds and writers killed in child processes
 
 RUNS = ("run_a", "run_b", "run_c")
-SNAPSHOT = ("select (select count(*) from fact_epochs), (select sum(loss) from fact_epochs), "
-            "(select count(*) from fact_trajectories), (select count(*) from dim_runs), "
-            "(select count(*) from file_inventory)")
+SNAPSHOT = (
+    "select (select count(*) from fact_epochs), (select sum(loss) from fact_epochs), "
+    "(select count(*) from fact_trajectories), (select count(*) from dim_runs), "
+    "(select count(*) from file_inventory)"
+)
 
 
 def write_epochs(write_epoch, release: Path, epochs: range) -> None:
@@ -44,8 +46,22 @@ def snapshot(warehouse: Path) -> tuple:
 def build_and_kill(release: Path, warehouse: Path, marker: str, until=None) -> str:
     """Starts `grpo-warehouse build`, kill -9s it once a line containing marker is printed and until() holds."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "build", "--release", str(release), "--warehouse", str(warehouse),
-         "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "build",
+            "--release",
+            str(release),
+            "--warehouse",
+            str(warehouse),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output = []
     for line in process.stdout:
         output.append(line)
@@ -86,14 +102,34 @@ def test_a_build_killed_during_ingest_and_during_models_then_rerun(tmp_path, wri
     build_db = wh / ".build" / "build.duckdb"
     before = build_db.stat().st_mtime_ns
     # run_a is in the lake already: this build ingests the other two runs only.
-    build_and_kill(release, wh, "[2/2] run_",
-                   until=lambda: build_db.with_suffix(".duckdb.wal").exists() or build_db.stat().st_mtime_ns != before)
+    build_and_kill(
+        release,
+        wh,
+        "[2/2] run_",
+        until=lambda: build_db.with_suffix(".duckdb.wal").exists() or build_db.stat().st_mtime_ns != before,
+    )
     assert snapshot(wh) in (pytest.approx(old), pytest.approx(new))  # one complete snapshot or the other
     assert_manifests_match_the_lake(wh / "lake")
 
     rerun = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "build", "--release", str(release), "--warehouse", str(wh),
-         "--workers", "1", "--wait", "0"], capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "build",
+            "--release",
+            str(release),
+            "--warehouse",
+            str(wh),
+            "--workers",
+            "1",
+            "--wait",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # --wait 0: the dead build's locks were released by the kernel, so this one did not have to wait.
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert snapshot(wh) == pytest.approx(new)

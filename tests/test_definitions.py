@@ -33,7 +33,8 @@ def test_the_catalog_declares_columns_lineage_owners_and_code_references():
     assert columns["run_id"].constraints.nullable is False
     lineage = graph.get(dg.AssetKey("dim_runs")).metadata["dagster/column_lineage"].deps_by_column
     assert lineage["group_size"] == [
-        dg.TableColumnDep(asset_key=dg.AssetKey(["lake", "runs"]), column_name="group_size")]
+        dg.TableColumnDep(asset_key=dg.AssetKey(["lake", "runs"]), column_name="group_size")
+    ]
     trajectories = graph.get(dg.AssetKey("fact_trajectories")).metadata["dagster/column_lineage"].deps_by_column
     assert "group_index" not in trajectories and "reward" in trajectories  # computed, not passed through
     references = fact_epochs.metadata["dagster/code_references"].code_references

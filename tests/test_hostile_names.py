@@ -5,10 +5,10 @@ import os
 
 import duckdb
 import pytest
+from conftest import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import epoch_document, write_epoch_file
 from pipelines.lake import ingest_runs, lake_runs, remove_run, run_key, select_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import create_lake_views, duckdb_path, duckdb_path_problem
@@ -55,8 +55,10 @@ def _lake_counts(lake) -> dict[str, tuple[int, int]]:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(runs=st.dictionaries(run_names, st.lists(st.integers(0, 5), min_size=1, max_size=3), min_size=1, max_size=4),
-       above=st.lists(hostile_folders, min_size=1, max_size=2))
+@given(
+    runs=st.dictionaries(run_names, st.lists(st.integers(0, 5), min_size=1, max_size=3), min_size=1, max_size=4),
+    above=st.lists(hostile_folders, min_size=1, max_size=2),
+)
 @example(runs={"Run": [2], "run": [3], "run_*": [1], "run_?": [4], "[r]un": [1], "r": [5]}, above=["exp=grpo", "a?b"])
 @example(runs={"run_id=x": [2], "é" * 127: [1], "é" * 126 + "e": [3], "-lead": [1]}, above=["date=1", "w[1]"])
 def test_per_run_rows_equal_the_files_whatever_the_names(tmp_path_factory, runs, above):
@@ -110,10 +112,18 @@ def test_duckdb_reads_a_path_with_glob_characters_literally(tmp_path):
             assert con.execute("select x from read_parquet(?)", [path]).fetchall() == [(value,)], name
 
 
-@pytest.mark.parametrize(("name", "usable"), [
-    ("exp=grpo", True), ("w[1]", True), ("a*b", True), ("q'uote", True), ("a#b", True), ("a?b", False),
-    ("back\\slash", False),
-])
+@pytest.mark.parametrize(
+    ("name", "usable"),
+    [
+        ("exp=grpo", True),
+        ("w[1]", True),
+        ("a*b", True),
+        ("q'uote", True),
+        ("a#b", True),
+        ("a?b", False),
+        ("back\\slash", False),
+    ],
+)
 def test_duckdb_keeps_a_database_under_a_folder_unless_it_says_why_not(tmp_path, name, usable):
     folder = tmp_path / name
     folder.mkdir()
@@ -141,11 +151,23 @@ def test_a_run_folder_named_in_bytes_that_are_not_utf8_is_reported_and_the_other
     with duckdb.connect() as con:
         create_lake_views(con, tmp_path / "lake")
         assert con.execute("select source_path, status from lake.files order by 1").fetchall() == [
-            ("good/epoch_000_results.json", "loaded"), ("good/note\\xfe.txt", "skipped")]
+            ("good/epoch_000_results.json", "loaded"),
+            ("good/note\\xfe.txt", "skipped"),
+        ]
 
 
-HOSTILE_RUNS = {"run*": 2, "run?": 3, "Run?": 1, "a=b": 2, "new\nline": 1, "tab\there": 2, "dots...": 3,
-                "é" * 127: 1, "-x": 2, "[r]": 1}
+HOSTILE_RUNS = {
+    "run*": 2,
+    "run?": 3,
+    "Run?": 1,
+    "a=b": 2,
+    "new\nline": 1,
+    "tab\there": 2,
+    "dots...": 3,
+    "é" * 127: 1,
+    "-x": 2,
+    "[r]": 1,
+}
 
 
 @pytest.mark.slow
@@ -160,8 +182,11 @@ def test_a_build_of_hostile_names_under_a_hostile_path_counts_every_run_apart(tm
     wh = base / "date=2026-11-30" / "wh"
     assert build([release], wh) == 0
     expected = {name: (epochs, sum(epoch + 2 for epoch in range(epochs))) for name, epochs in HOSTILE_RUNS.items()}
-    rows = query(wh, "select e.run_id, count(distinct e.epoch), count(*) from fact_epochs e "
-                     "join fact_trajectories t using (run_id, epoch) group by 1")
+    rows = query(
+        wh,
+        "select e.run_id, count(distinct e.epoch), count(*) from fact_epochs e "
+        "join fact_trajectories t using (run_id, epoch) group by 1",
+    )
     assert {run_id: (epochs, trajectories) for run_id, epochs, trajectories in rows} == expected
     assert sorted(r[0] for r in query(wh, "select run_id from dim_runs")) == sorted(HOSTILE_RUNS)
     assert build([release], wh) == 0  # nothing to do the second time, and nothing lost

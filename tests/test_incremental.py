@@ -1,10 +1,9 @@
 """Incremental builds: only new or changed files are parsed, a build with no change rewrites nothing, removals leave."""
 
-
 import pytest
+from conftest import epoch_document, touch_later
 
 import pipelines.lake
-from conftest import epoch_document, touch_later
 
 pytestmark = pytest.mark.slow  # whole builds
 
@@ -27,12 +26,14 @@ def snapshot(folder):
     """Every file under folder with what a rewrite would change: inode, size, mtime."""
     return {
         str(path.relative_to(folder)): (path.stat().st_ino, path.stat().st_size, path.stat().st_mtime_ns)
-        for path in sorted(folder.rglob("*")) if path.is_file() and not path.name.endswith(".lock")
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.name.endswith(".lock")
     }
 
 
 def test_a_build_parses_only_new_or_changed_files_and_a_no_change_build_rewrites_nothing(
-        tmp_path, write_epoch, build, query, parsed):
+    tmp_path, write_epoch, build, query, parsed
+):
     release, wh = tmp_path / "release", tmp_path / "wh"
     for epoch in range(3):
         write_epoch(release / "run_a", epoch)
@@ -46,10 +47,15 @@ def test_a_build_parses_only_new_or_changed_files_and_a_no_change_build_rewrites
     changed = write_epoch(release / "run_b", 1, epoch_document(1, n=3), layout="folder")
     touch_later(changed)
     assert build([release], wh) == 0
-    assert sorted(parsed) == ["run_a/epoch_003_results.json", "run_a/epoch_004_results.json",
-                              "run_b/epoch_001/results.json"]
+    assert sorted(parsed) == [
+        "run_a/epoch_003_results.json",
+        "run_a/epoch_004_results.json",
+        "run_b/epoch_001/results.json",
+    ]
     assert query(wh, "select run_id, count(*), sum(n_trajectories) from fact_epochs group by 1 order by 1") == [
-        ("run_a", 5, 4 * 4 + 2), ("run_b", 3, 4 + 3 + 4)]
+        ("run_a", 5, 4 * 4 + 2),
+        ("run_b", 3, 4 + 3 + 4),
+    ]
     assert query(wh, "select count(*) from fact_trajectories where run_id = 'run_b' and epoch = 1") == [(3,)]
 
     parsed.clear()
@@ -80,8 +86,12 @@ def test_removed_files_and_run_folders_leave_the_warehouse(tmp_path, write_epoch
     assert parsed == []  # a removal needs no parsing
     assert query(wh, "select run_id, epoch from fact_epochs order by 1, 2") == [("run_a", 0), ("run_a", 2)]
     assert query(wh, "select distinct run_id, epoch from fact_trajectories order by 1, 2") == [
-        ("run_a", 0), ("run_a", 2)]
+        ("run_a", 0),
+        ("run_a", 2),
+    ]
     assert query(wh, "select run_id from dim_runs") == [("run_a",)]
     assert query(wh, "select count(*) from ingest_errors where severity = 'error'") == [(0,)]
     assert query(wh, "select source_path from file_inventory order by 1") == [
-        ("run_a/epoch_000_results.json",), ("run_a/epoch_002_results.json",)]
+        ("run_a/epoch_000_results.json",),
+        ("run_a/epoch_002_results.json",),
+    ]

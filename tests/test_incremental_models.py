@@ -16,20 +16,27 @@ from hypothesis import strategies as st
 
 from pipelines.defs.models.assets import MODELS, refresh_model
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.settings import ENV_REGISTRY
 from pipelines.models import ModelError, load_models, run_model, run_model_rows
+from pipelines.settings import ENV_REGISTRY
 
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
 # fact_trajectories and the incremental models that read it: rebuilt whole when its columns change
-READING_TRAJECTORIES = ("fact_trajectories", "group_metrics", "reward_breakdowns", "epoch_trajectory_counts",
-                        "epoch_metrics")
+READING_TRAJECTORIES = (
+    "fact_trajectories",
+    "group_metrics",
+    "reward_breakdowns",
+    "epoch_trajectory_counts",
+    "epoch_metrics",
+)
 
 
 def tables(warehouse) -> dict[str, list[tuple]]:
     """Every model's rows, as text, in a fixed order (an incremental refresh appends the rows it computes again)."""
     with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
-        return {name: sorted(tuple(map(str, row)) for row in con.execute(f"select * from {name}").fetchall())
-                for name in MODELS}
+        return {
+            name: sorted(tuple(map(str, row)) for row in con.execute(f"select * from {name}").fetchall())
+            for name in MODELS
+        }
 
 
 def refreshes(output: str) -> dict[str, str]:
@@ -43,8 +50,9 @@ def refreshes(output: str) -> dict[str, str]:
 
 def targeted(epoch: int, n: int = 4, **extras) -> dict:
     """An epoch of a multi-target run: per-trajectory target models and false-positive control flags."""
-    return epoch_document(epoch, n, target_model=[f"m{i % 2}" for i in range(n)],
-                          is_fp_control=[i == 0 for i in range(n)], **extras)
+    return epoch_document(
+        epoch, n, target_model=[f"m{i % 2}" for i in range(n)], is_fp_control=[i == 0 for i in range(n)], **extras
+    )
 
 
 @pytest.fixture
@@ -71,15 +79,25 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
 
 
 def test_the_incremental_models_are_the_run_local_ones():
-    assert INCREMENTAL == ["bootstrap_means", "epoch_copies", "epoch_metrics", "epoch_trajectory_counts",
-                           "fact_epochs", "fact_trajectories", "group_metrics", "reward_breakdowns", "value_warnings"]
+    assert INCREMENTAL == [
+        "bootstrap_means",
+        "epoch_copies",
+        "epoch_metrics",
+        "epoch_trajectory_counts",
+        "fact_epochs",
+        "fact_trajectories",
+        "group_metrics",
+        "reward_breakdowns",
+        "value_warnings",
+    ]
     # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
     assert MODELS["run_summary"].incremental_key is None
 
 
 @pytest.mark.slow
 def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scratch(
-        tmp_path, build, capsys, release, write_epoch):
+    tmp_path, build, capsys, release, write_epoch
+):
     assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"rebuilt"}
 
     write_epoch(release / "run_a", 3, targeted(3))  # a new epoch
@@ -90,7 +108,8 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
     # run_a's matched window ends at the ablation's horizon, epoch 2 (the others' last epoch): its new epoch 3 leaves
     # its window, and so its bootstrap resamples, as they were.
     assert done == {name: "3 run_id(s) computed again" for name in INCREMENTAL} | {
-        "bootstrap_means": "2 run_id(s) computed again"}
+        "bootstrap_means": "2 run_id(s) computed again"
+    }
 
     write_epoch(release / "run_b", 1, layout="folder")  # one run only
     done = build_and_compare(tmp_path, build, capsys, release)
@@ -115,7 +134,8 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     for epoch in range(2):
         write_epoch(release / "run_d", epoch, targeted(epoch))
     assert build_and_compare(tmp_path, build, capsys, release) == {
-        name: "1 run_id(s) computed again" for name in INCREMENTAL} | {"bootstrap_means": "4 run_id(s) computed again"}
+        name: "1 run_id(s) computed again" for name in INCREMENTAL
+    } | {"bootstrap_means": "4 run_id(s) computed again"}
 
     # A run gone: its rows leave every table.
     shutil.rmtree(release / "run_b")
@@ -131,8 +151,9 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
 @pytest.mark.slow
 def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build, release):
     assert build([release], tmp_path / "wh") == 0
-    config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10,
-                             ci_method="iid")  # the method that reads bootstrap_means
+    config = WarehouseConfig(
+        releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10, ci_method="iid"
+    )  # the method that reads bootstrap_means
     _, done, metadata = refresh_model(MODELS["bootstrap_means"], config)
     assert (done, metadata["dagster/row_count"]) == ("rebuilt", 3 * 10)  # 10 replicates of each of the 3 runs
     assert refresh_model(MODELS["bootstrap_means"], config)[1] == "kept"
@@ -141,8 +162,10 @@ def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build,
 def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):
     (tmp_path / "marts").mkdir()
     (tmp_path / "marts" / "by_epoch.sql").write_text("-- Per epoch.\nselect 1 as epoch\n")
-    declaration = ("models:\n  - name: by_epoch\n    config:\n      materialized: incremental\n"
-                   "      incremental_strategy: delete+insert\n      unique_key: {key}\n")
+    declaration = (
+        "models:\n  - name: by_epoch\n    config:\n      materialized: incremental\n"
+        "      incremental_strategy: delete+insert\n      unique_key: {key}\n"
+    )
     (tmp_path / "marts" / "schema.yml").write_text(declaration.format(key="epoch"))
     with pytest.raises(ModelError, match=r"schema\.yml: model `by_epoch`.*not 'epoch'"):
         load_models(tmp_path)
@@ -158,14 +181,18 @@ def test_the_runs_computed_again_see_only_their_rows_of_the_tables_they_read(tmp
     (tmp_path / "marts" / "scores.sql").write_text("select 'a' as run_id, 1.0::double as score\n")
     (tmp_path / "marts" / "schema.yml").write_text(
         "models:\n  - name: totals\n    config: {materialized: incremental, incremental_strategy: delete+insert,"
-        " unique_key: run_id}\n")
+        " unique_key: run_id}\n"
+    )
     (tmp_path / "marts" / "totals.sql").write_text(
         "with seen as materialized (select * from scores)\n"
-        "select run_id, sum(score) as total, (select count(*) from seen) as rows_seen from seen group by run_id\n")
+        "select run_id, sum(score) as total, (select count(*) from seen) as rows_seen from seen group by run_id\n"
+    )
     models = load_models(tmp_path)
     con = duckdb.connect(str(tmp_path / "build.duckdb"))
-    con.execute("create table scores as select * from (values ('a', 1.0::double), ('a', 2.0), ('b', 4.0), ('c', 8.0)) "
-                "as t(run_id, score)")
+    con.execute(
+        "create table scores as select * from (values ('a', 1.0::double), ('a', 2.0), ('b', 4.0), ('c', 8.0)) "
+        "as t(run_id, score)"
+    )
     run_model(con, models["totals"])
     assert sorted(con.execute("select * from totals").fetchall()) == [("a", 3.0, 4), ("b", 4.0, 4), ("c", 8.0, 4)]
 
@@ -188,9 +215,11 @@ def _epochs(run: Path) -> dict[int, list[Path]]:
 
 def write_registry(path: Path, which: int) -> None:
     """A registry CSV giving run_a and run_b other group sizes and ablations than their names tell."""
-    path.write_text("run_id,group_size,ablation,fp_per_group\n"
-                    f"run_a,{[2, 4, 8][which % 3]},{['abl', 'other'][which % 2]},1\n"
-                    f"run_b,{[4, 2][which % 2]},abl,2\n")
+    path.write_text(
+        "run_id,group_size,ablation,fp_per_group\n"
+        f"run_a,{[2, 4, 8][which % 3]},{['abl', 'other'][which % 2]},1\n"
+        f"run_b,{[4, 2][which % 2]},abl,2\n"
+    )
 
 
 def apply_edit(release: Path, kind: str, which: int) -> None:
@@ -235,14 +264,22 @@ def apply_edit(release: Path, kind: str, which: int) -> None:
         touch_later(path)
 
 
-EDITS = st.lists(st.tuples(st.sampled_from(["add", "duplicate", "remove", "rewrite", "damage", "new_key", "retype",
-                                            "registry", "new_run", "drop_run"]), st.integers(0, 11)),
-                 min_size=3, max_size=3)
+EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["add", "duplicate", "remove", "rewrite", "damage", "new_key", "retype", "registry", "new_run", "drop_run"]
+        ),
+        st.integers(0, 11),
+    ),
+    min_size=3,
+    max_size=3,
+)
 
 
 @pytest.mark.slow
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(edits=EDITS)
 @example(edits=[("new_key", 0), ("add", 0), ("add", 4)])  # found by it: a new key in a kept run's first epoch
 @example(edits=[("new_key", 1), ("rewrite", 4), ("rewrite", 4)])  # and the only document with a key rewritten

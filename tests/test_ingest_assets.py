@@ -28,8 +28,9 @@ def test_each_partition_of_a_run_over_several_carries_its_own_numbers(tmp_path, 
     config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), workers=1)
 
     def materialize():
-        result = dg.materialize([run_lake], instance=instance, resources={"warehouse": config},
-                                tags=run_range_tags("run_a", "run_b"))
+        result = dg.materialize(
+            [run_lake], instance=instance, resources={"warehouse": config}, tags=run_range_tags("run_a", "run_b")
+        )
         assert result.success
         return result
 
@@ -37,23 +38,31 @@ def test_each_partition_of_a_run_over_several_carries_its_own_numbers(tmp_path, 
         instance.add_dynamic_partitions("run_id", ["run_a", "run_b"])
         result = materialize()
         epochs, errors = lake_materializations(instance, "epochs"), lake_materializations(instance, "errors")
-        own = {run: {key: epochs[run].metadata[key].value for key in
-                     ("grpo/epochs", "grpo/trajectories", "grpo/files_quarantined", "dagster/row_count")}
-               for run in epochs}
+        own = {
+            run: {
+                key: epochs[run].metadata[key].value
+                for key in ("grpo/epochs", "grpo/trajectories", "grpo/files_quarantined", "dagster/row_count")
+            }
+            for run in epochs
+        }
         # By hand: run_a 3 loaded epochs of 4 trajectories and a quarantined file; run_b 2 epochs of 2 trajectories.
         assert own == {
             "run_a": {"grpo/epochs": 3, "grpo/trajectories": 12, "grpo/files_quarantined": 1, "dagster/row_count": 3},
             "run_b": {"grpo/epochs": 2, "grpo/trajectories": 4, "grpo/files_quarantined": 0, "dagster/row_count": 2},
         }
         assert {run: m.metadata["dagster/row_count"].value for run, m in errors.items()} == {"run_a": 1, "run_b": 0}
-        warnings = [event.message for event in instance.all_logs(result.run_id)
-                    if event.level == 30 and "quarantined" in (event.message or "")]
+        warnings = [
+            event.message
+            for event in instance.all_logs(result.run_id)
+            if event.level == 30 and "quarantined" in (event.message or "")
+        ]
         assert len(warnings) == 1 and "run_a/epoch_003_results.json" in warnings[0]
 
         versions = {run: m.tags["dagster/data_version"] for run, m in epochs.items()}
         materialize()  # nothing new: the same data versions, so nothing downstream follows
-        assert {run: m.tags["dagster/data_version"] for run, m in lake_materializations(instance, "epochs").items()} \
-            == versions
+        assert {
+            run: m.tags["dagster/data_version"] for run, m in lake_materializations(instance, "epochs").items()
+        } == versions
         write_epoch(release / "run_b", 2, epoch_document(2, n=2), layout="folder")
         materialize()
         assert lake_materializations(instance, "epochs")["run_b"].tags["dagster/data_version"] != versions["run_b"]

@@ -2,14 +2,13 @@
 
 import builtins
 import io
-import json
 import os
 from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import epoch_document, touch_later
+
 from pipelines.lake import ingest_run, ingest_runs, partition_file
 from pipelines.release.discover import find_run_folders, list_run
 
@@ -25,17 +24,21 @@ def table(lake: Path, name: str, run_id: str = "run") -> pl.DataFrame:
     return pl.read_parquet(partition_file(lake, name, run_id))
 
 
-@pytest.mark.parametrize("before, rewritten, parsed", [
-    # epoch 0's extras, then epoch 1's before and after its rewrite; the files parsed by the second ingest
-    (({}, {"note": "x"}), {}, 1 + 2),  # the only value of a key rewritten away: its column goes
-    (({"count": 1}, {"count": 2.5}), {"count": 2}, 1 + 2),  # the only float beside integers: Int64 again
-    (({"phase": 1}, {"phase": "warm"}), {}, 1 + 2),  # the only string: no longer JSON text
-    (({"phase": 1}, {"phase": "warm"}), {"phase": 2}, 1),  # the same, but the merge types old and new values again
-    (({"per_traj": [1, 2]}, {"per_traj": [0.5, 1]}), {"per_traj": [3, 4]}, 1 + 2),  # per trajectory too
-    (({"lr": 0.1}, {"lr": 0.5}), {"lr": 0.25}, 1),  # nothing taken away: the rewritten file merged alone
-])
+@pytest.mark.parametrize(
+    "before, rewritten, parsed",
+    [
+        # epoch 0's extras, then epoch 1's before and after its rewrite; the files parsed by the second ingest
+        (({}, {"note": "x"}), {}, 1 + 2),  # the only value of a key rewritten away: its column goes
+        (({"count": 1}, {"count": 2.5}), {"count": 2}, 1 + 2),  # the only float beside integers: Int64 again
+        (({"phase": 1}, {"phase": "warm"}), {}, 1 + 2),  # the only string: no longer JSON text
+        (({"phase": 1}, {"phase": "warm"}), {"phase": 2}, 1),  # the same, but the merge types old and new values again
+        (({"per_traj": [1, 2]}, {"per_traj": [0.5, 1]}), {"per_traj": [3, 4]}, 1 + 2),  # per trajectory too
+        (({"lr": 0.1}, {"lr": 0.5}), {"lr": 0.25}, 1),  # nothing taken away: the rewritten file merged alone
+    ],
+)
 def test_a_rewrite_that_takes_away_a_key_or_a_type_leaves_the_columns_of_a_fresh_ingest(
-        tmp_path, write_epoch, before, rewritten, parsed):
+    tmp_path, write_epoch, before, rewritten, parsed
+):
     release, lake = tmp_path / "rel", tmp_path / "lake"
     write_epoch(release / "run", 0, epoch_document(0, n=2, **before[0]))
     path = write_epoch(release / "run", 1, epoch_document(1, n=2, **before[1]))
@@ -62,7 +65,13 @@ def test_type_drift_across_incremental_builds_keeps_every_value(tmp_path, write_
     assert result.files_parsed == 1  # only the new file
     assert table(lake, "epochs").sort("epoch")["phase"].to_list() == ["1", "2", '"warm"']
     assert table(lake, "trajectories").sort("epoch", "traj_index")["score"].to_list() == [
-        "1", "2", "3", "4", '"a"', '"b"']
+        "1",
+        "2",
+        "3",
+        "4",
+        '"a"',
+        '"b"',
+    ]
     drift = table(lake, "errors").filter(pl.col("error_kind") == "type_drift")
     assert sorted(drift["message"].str.extract(r"`(\w+)`").to_list()) == ["phase", "score"]
     assert set(drift["severity"]) == {"warning"}
@@ -87,8 +96,9 @@ def test_fixed_file_is_loaded_and_its_error_leaves(tmp_path, write_epoch):
     write_epoch(release / "run", 0)
     bad = write_epoch(release / "run", 1, '{"epoch": 1, "rew')
     ingest(release, lake)
-    assert table(lake, "errors")[["source_path", "error_kind"]].rows() == [("run/epoch_001_results.json",
-                                                                           "truncated_json")]
+    assert table(lake, "errors")[["source_path", "error_kind"]].rows() == [
+        ("run/epoch_001_results.json", "truncated_json")
+    ]
     assert table(lake, "epochs")["epoch"].to_list() == [0]
     write_epoch(release / "run", 1)
     assert bad.stat().st_size != 17
@@ -165,18 +175,26 @@ def test_nothing_outside_the_release_is_opened(tmp_path, write_epoch, monkeypatc
     opened: list[str] = []
     for module, name in ((os, "open"), (builtins, "open"), (io, "open")):
         real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda p, *a, _real=real, **k: opened.append(os.fspath(p)) or _real(p, *a, **k))
+        monkeypatch.setattr(
+            module, name, lambda p, *a, _real=real, **k: opened.append(os.fspath(p)) or _real(p, *a, **k)
+        )
     ingest(release, lake)
     monkeypatch.undo()
 
-    outside_opened = [p for p in opened if not Path(p).resolve().is_relative_to(release.resolve())
-                      and not Path(p).resolve().is_relative_to(lake.resolve())]
+    outside_opened = [
+        p
+        for p in opened
+        if not Path(p).resolve().is_relative_to(release.resolve())
+        and not Path(p).resolve().is_relative_to(lake.resolve())
+    ]
     assert outside_opened == []
     errors = {r["source_path"]: r for r in table(lake, "errors").rows(named=True)}
     kinds = {path: r["error_kind"] for path, r in errors.items()}
     assert kinds == {
-        "run/epoch_001_results.json": "outside_link", "run/epoch_002": "outside_link",
-        "run/epoch_003/results.json": "outside_link", "run/epoch_005_results.json": "outside_link",
+        "run/epoch_001_results.json": "outside_link",
+        "run/epoch_002": "outside_link",
+        "run/epoch_003/results.json": "outside_link",
+        "run/epoch_005_results.json": "outside_link",
         "run/epoch_006_results.json": "outside_link",
         # The link inside the release is followed: it leads to epoch 0's document, read and found mismatched.
         "run/epoch_004_results.json": "epoch_mismatch",
@@ -237,9 +255,13 @@ def test_a_pool_of_two_workers_ingests_new_and_changed_runs_as_one_process_does(
     results = ingest_runs(runs, pooled, 10**6, workers=2)
     # 4 trajectories an epoch (epoch_document's default)
     assert [(r.run_id, r.changed, r.files_parsed, r.epochs, r.trajectories) for r in results] == [
-        ("run_a", True, 1, 4, 16), ("run_b", True, 2, 2, 8), ("run_c", True, 4, 4, 16)]
+        ("run_a", True, 1, 4, 16),
+        ("run_b", True, 2, 2, 8),
+        ("run_c", True, 4, 4, 16),
+    ]
     ingest_runs(runs, alone, 10**6, workers=1)
     for run in ("run_a", "run_b", "run_c"):
         for table in ("epochs", "trajectories", "errors"):
             assert pl.read_parquet(partition_file(pooled, table, run)).equals(
-                pl.read_parquet(partition_file(alone, table, run))), (run, table)
+                pl.read_parquet(partition_file(alone, table, run))
+            ), (run, table)

@@ -25,9 +25,18 @@ def write_trajectories(lake, run_id: str, **extras) -> None:
     register_run(lake, run_id)
     path = partition_file(lake, "trajectories", run_id)
     path.parent.mkdir(parents=True)
-    pl.DataFrame({"run_id": [run_id], "epoch": [0], "source_path": [f"{run_id}/epoch_000_results.json"],
-                  "traj_index": [0], "trajectory_id": ["t"], "reward": [0.5], "advantage": [0.0], **extras},
-                 ).write_parquet(path)
+    pl.DataFrame(
+        {
+            "run_id": [run_id],
+            "epoch": [0],
+            "source_path": [f"{run_id}/epoch_000_results.json"],
+            "traj_index": [0],
+            "trajectory_id": ["t"],
+            "reward": [0.5],
+            "advantage": [0.0],
+            **extras,
+        },
+    ).write_parquet(path)
 
 
 def test_views_list_extra_columns_in_name_order_and_are_made_again_only_when_the_lake_changes(tmp_path):
@@ -42,7 +51,9 @@ def test_views_list_extra_columns_in_name_order_and_are_made_again_only_when_the
     # in the files: zeta, alpha (run_a), then mid (run_b)
     assert columns[7:] == ["alpha", "mid", "zeta"]
     assert con.execute("select run_id, alpha, mid, zeta from lake.trajectories order by run_id").fetchall() == [
-        ("run_a", "x", None, 1), ("run_b", "y", True, None)]
+        ("run_a", "x", None, 1),
+        ("run_b", "y", True, None),
+    ]
 
     con.made.clear()
     create_lake_views(con, lake)
@@ -52,4 +63,8 @@ def test_views_list_extra_columns_in_name_order_and_are_made_again_only_when_the
     create_lake_views(con, lake)
     assert con.made == ["lake.trajectories"]
     assert [name for name, *_ in con.execute("describe lake.trajectories").fetchall()][7:] == [
-        "alpha", "beta", "mid", "zeta"]
+        "alpha",
+        "beta",
+        "mid",
+        "zeta",
+    ]

@@ -7,8 +7,8 @@ import dagster as dg
 import duckdb
 import polars as pl
 import pytest
-
 from conftest import epoch_document
+
 from pipelines.defs.models import checks
 from pipelines.lake import ingest_run, partition_file
 from pipelines.release.discover import LAYOUTS, RunFolder, list_run
@@ -26,10 +26,14 @@ def _document(run: str, epoch: int) -> dict:
     rewards[(epoch + offset) % N] = math.nan
     finite = [r for r in rewards if not math.isnan(r)]
     return epoch_document(epoch, n=N) | {
-        "rewards": rewards, "advantages": [0.0 if math.isnan(r) else r - 0.5 for r in rewards],
-        "mean_reward": sum(finite) / len(finite), "loss": 0.1 * epoch + offset,
-        "snapshot_id": f"snap_{run}_{epoch}", "trajectory_ids": [f"{run}_{epoch}_{i}" for i in range(N)],
-        "lr": 1e-5 * (epoch + 1), "judge_score": [i % 3 for i in range(N)],
+        "rewards": rewards,
+        "advantages": [0.0 if math.isnan(r) else r - 0.5 for r in rewards],
+        "mean_reward": sum(finite) / len(finite),
+        "loss": 0.1 * epoch + offset,
+        "snapshot_id": f"snap_{run}_{epoch}",
+        "trajectory_ids": [f"{run}_{epoch}_{i}" for i in range(N)],
+        "lr": 1e-5 * (epoch + 1),
+        "judge_score": [i % 3 for i in range(N)],
     }
 
 
@@ -38,8 +42,13 @@ def _release(root, layout: str):
     release = root / f"rel_{layout}"
     for run in RUNS:
         for epoch in range(EPOCHS):
-            write_epoch_in_layout(release / f"{run}@{layout}", layout, _document(run, epoch),
-                                  json.dumps({"epoch": epoch, "lr": 1e-5}).encode(), 10**18 + epoch * 10**9)
+            write_epoch_in_layout(
+                release / f"{run}@{layout}",
+                layout,
+                _document(run, epoch),
+                json.dumps({"epoch": epoch, "lr": 1e-5}).encode(),
+                10**18 + epoch * 10**9,
+            )
     return release
 
 
@@ -50,8 +59,11 @@ def _table(warehouse, query, table: str, layout: str) -> pl.DataFrame:
     key = "run_id" if "run_id" in columns else "run_a"
     rows = query(warehouse, f"select * from {table} where {key} like '%@{layout}'")
     frame = pl.DataFrame(rows, schema=columns, orient="row", infer_schema_length=None)
-    frame = frame.with_columns(pl.col(c).str.replace(f"@{layout}", "", literal=True)
-                               for c in ("run_id", "run_a", "run_b", "arm", "arm_a", "arm_b") if c in columns)
+    frame = frame.with_columns(
+        pl.col(c).str.replace(f"@{layout}", "", literal=True)
+        for c in ("run_id", "run_a", "run_b", "arm", "arm_a", "arm_b")
+        if c in columns
+    )
     left_out = ("source_path", "source_layout", "source_mtime", "release", "ablation", "model_name")
     frame = frame.drop([c for c in columns if c in left_out or "ci_" in c or c == "resolved"])
     return frame.sort(frame.columns[: 3 if "traj_index" in frame.columns else 2])
@@ -85,8 +97,9 @@ def test_every_layout_builds_the_same_tables_as_the_flat_one(tmp_path, build, qu
 
     # Nothing to report: the transcripts and configs beside the documents are inventoried, not parsed.
     assert query(warehouse, "select count(*) from ingest_errors") == [(0,)]
-    skipped = query(warehouse, "select count(*) from file_inventory where source_path like '%transcripts%'"
-                               " and status = 'skipped'")
+    skipped = query(
+        warehouse, "select count(*) from file_inventory where source_path like '%transcripts%' and status = 'skipped'"
+    )
     # A transcripts.jsonl per epoch folder; the flat layout's transcripts/ folder is one entry per run.
     assert skipped == [((len(LAYOUTS) - 1) * len(RUNS) * EPOCHS + len(RUNS),)]
 
@@ -113,7 +126,8 @@ def test_an_unknown_json_that_is_no_document_is_reported_once_and_other_epochs_l
     assert (result.epochs, result.files_quarantined) == (2, 0)
     errors = _rows(lake, "errors")
     assert [(e["source_path"], e["epoch"], e["error_kind"]) for e in errors] == [
-        ("run/epoch_001", 1, "missing_document")]
+        ("run/epoch_001", 1, "missing_document")
+    ]
     assert "transcript.json: not an epoch document" in errors[0]["message"]
     # The config.json beside each loaded summary.json is set aside without a report.
     statuses = {row["source_path"]: row["status"] for row in _rows(lake, "files")}
@@ -194,14 +208,19 @@ def test_a_run_that_loads_nothing_or_far_fewer_epochs_is_loud(tmp_path, build, q
     [release_line] = [line for line in err.splitlines() if line.startswith("warning: release")]
     assert release_line.startswith("warning: release unrecognised loaded no epoch from its 1 run(s)")
     assert "<run>/epoch_NNN/metrics.json" in release_line and "e.g. run_a/ep0, run_a/ep1" in release_line
-    assert "2 run(s) loaded no epoch or under 90% of their epoch entries: run_a (no epoch entry recognised), run_b (7 of 10 loaded)" in err
+    assert (
+        "2 run(s) loaded no epoch or under 90% of their epoch entries: run_a (no epoch entry recognised), run_b (7 of 10 loaded)"
+        in err
+    )
     assert err.splitlines()[-1].startswith("grpo-warehouse build: --strict: release unrecognised loaded no epoch")
 
     with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
         result = checks.runs_not_loading(con)
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
     assert [(e["run_id"], e["n_loaded"], e["n_not_loaded"]) for e in result.metadata["examples"].value] == [
-        ("run_a", 0, 0), ("run_b", 7, 3)]
+        ("run_a", 0, 0),
+        ("run_b", 7, 3),
+    ]
 
 
 def test_a_document_of_any_name_over_the_limit_loads_once_the_limit_rises(tmp_path):
@@ -222,12 +241,19 @@ def test_files_an_epoch_comes_with_in_a_flat_run_are_inventoried_and_a_misnamed_
     release, lake = tmp_path / "rel", tmp_path / "lake"
     run = release / "run"
     write_epoch_in_layout(run, "file", epoch_document(0), b"{}")
-    for name in ("epoch_000_transcripts.jsonl", "epoch_000_config.json", "epoch_000_rollouts.tar.gz",
-                 "epoch_1.json", "epoch_000_results.json.bak"):
+    for name in (
+        "epoch_000_transcripts.jsonl",
+        "epoch_000_config.json",
+        "epoch_000_rollouts.tar.gz",
+        "epoch_1.json",
+        "epoch_000_results.json.bak",
+    ):
         (run / name).write_text("{}")
 
     assert _ingest(release, lake).epochs == 1
     assert sorted((e["source_path"], e["error_kind"]) for e in _rows(lake, "errors")) == [
-        ("run/epoch_000_results.json.bak", "stray_file"), ("run/epoch_1.json", "stray_file")]
+        ("run/epoch_000_results.json.bak", "stray_file"),
+        ("run/epoch_1.json", "stray_file"),
+    ]
     statuses = {row["source_path"]: row["status"] for row in _rows(lake, "files")}
     assert statuses["run/epoch_000_transcripts.jsonl"] == statuses["run/epoch_000_rollouts.tar.gz"] == "skipped"

@@ -51,7 +51,10 @@ def test_unique_and_not_null_find_the_rows_that_break_them():
     con.execute("create table t as select * from (values ('a', 0), ('a', 1), ('a', 1), (null, 2)) as t(run_id, epoch)")
     duplicate = violations(con, "t", "unique", ("run_id", "epoch"))
     assert (duplicate.passed, duplicate.severity, duplicate.metadata["count"].value) == (
-        False, dg.AssetCheckSeverity.ERROR, 1)
+        False,
+        dg.AssetCheckSeverity.ERROR,
+        1,
+    )
     assert duplicate.metadata["examples"].value == [{"run_id": "a", "epoch": 1, "n_rows": 2}]
     assert violations(con, "t", "unique", ("epoch",)).metadata["count"].value == 1
     assert violations(con, "t", "unique", ("run_id",)).metadata["count"].value == 1  # 'a' three times; null once

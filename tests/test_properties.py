@@ -9,20 +9,25 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import epoch_document, write_epoch_file
 from pipelines.lake import ingest_run, manifest_file, partition_file
-from pipelines.release.discover import find_run_folders, list_run
 from pipelines.release.decode import DOCUMENTED_KEYS
+from pipelines.release.discover import find_run_folders, list_run
 from pipelines.release.flatten import EPOCH_COLUMNS, extra_column_name, python_values
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMIT = 1 << 20
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+)
 nested = st.one_of(st.dictionaries(st.text(max_size=3), scalars, max_size=3), st.lists(scalars, max_size=3))
 extra_values = st.one_of(scalars, nested)
 extra_keys = st.sampled_from(["phase", "lr", "note", "config", "Loss", "extra_loss", "n_trajectories"])
@@ -39,8 +44,17 @@ def documents(draw, epoch: int) -> dict:
     return doc
 
 
-MUTATIONS = ("truncate", "flip_byte", "drop_key", "wrong_type", "short_array", "empty", "not_object",
-             "duplicate_key", "wrong_epoch")
+MUTATIONS = (
+    "truncate",
+    "flip_byte",
+    "drop_key",
+    "wrong_type",
+    "short_array",
+    "empty",
+    "not_object",
+    "duplicate_key",
+    "wrong_epoch",
+)
 
 
 def mutate(draw, doc: dict, how: str) -> bytes:
@@ -115,8 +129,11 @@ def check_lake(lake: Path, files) -> None:
                 (stored,) = python_values(row[column], kinds.get(column))
                 # An integer widens to a float beside floats, only when it fits in 64 bits.
                 widened = type(value) is int and -(2**63) <= value < 2**63 and kinds.get(column) is None
-                assert stored == value or (isinstance(value, float) and math.isnan(value) and math.isnan(stored)) \
-                    or (widened and stored == float(value)), (key, value)
+                assert (
+                    stored == value
+                    or (isinstance(value, float) and math.isnan(value) and math.isnan(stored))
+                    or (widened and stored == float(value))
+                ), (key, value)
 
 
 def ingest(release: Path, lake: Path):
@@ -127,8 +144,14 @@ def ingest(release: Path, lake: Path):
 @SETTINGS
 @given(first=run_trees(), second=run_trees(), strays=st.lists(st.sampled_from(STRAYS), unique=True))
 # Found by hypothesis: an integer just beyond 64 bits beside a float came back as a float.
-@example(first=[(0, "file", epoch_document(0, n=1, lr=0.5), True),
-                (1, "file", epoch_document(1, n=1, lr=-(2**63) - 1), True)], second=[], strays=[])
+@example(
+    first=[
+        (0, "file", epoch_document(0, n=1, lr=0.5), True),
+        (1, "file", epoch_document(1, n=1, lr=-(2**63) - 1), True),
+    ],
+    second=[],
+    strays=[],
+)
 def test_random_trees_and_mutations_never_crash_nor_lose_a_valid_file(first, second, strays):
     with tempfile.TemporaryDirectory() as tmp:
         release, lake = Path(tmp) / "rel", Path(tmp) / "lake"
@@ -138,16 +161,20 @@ def test_random_trees_and_mutations_never_crash_nor_lose_a_valid_file(first, sec
         # A second, incremental ingest: new epochs arrive (never overwriting the first ones).
         taken = {epoch for epoch, *_ in first}
         # Mutated files keep the old epoch inside, so under the new name they are refused in any case.
-        more = [(e + 100, layout, content | {"epoch": e + 100} if valid else content, valid)
-                for e, layout, content, valid in second if e + 100 not in taken]
+        more = [
+            (e + 100, layout, content | {"epoch": e + 100} if valid else content, valid)
+            for e, layout, content, valid in second
+            if e + 100 not in taken
+        ]
         write_tree(release / "run", more, [])
         ingest(release, lake)
         check_lake(lake, first + more)
 
 
 @pytest.mark.slow
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(files=run_trees())
 def test_random_release_full_build_exits_0_and_reports_each_refused_file(files, build, query):
     with tempfile.TemporaryDirectory() as tmp:

@@ -50,8 +50,9 @@ def published(wh: Path) -> duckdb.DuckDBPyConnection:
 
 
 def storage_version(con: duckdb.DuckDBPyConnection) -> str:
-    return con.execute("select tags['storage_version'] from duckdb_databases()"
-                       " where database_name = current_database()").fetchone()[0]
+    return con.execute(
+        "select tags['storage_version'] from duckdb_databases() where database_name = current_database()"
+    ).fetchone()[0]
 
 
 def relations(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
@@ -59,7 +60,8 @@ def relations(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     return con.execute(
         "select schema_name, table_name from duckdb_tables() where database_name = current_database()"
         " union all select schema_name, view_name from duckdb_views()"
-        " where database_name = current_database() and not internal order by all").fetchall()
+        " where database_name = current_database() and not internal order by all"
+    ).fetchall()
 
 
 def parquet_files(wh: Path) -> dict[str, list[Path]]:
@@ -83,7 +85,8 @@ def test_the_published_file_holds_the_model_tables_alone(sample_warehouse):
 
 @pytest.mark.slow
 def test_a_moved_warehouse_opens_whole_and_the_storage_version_follows_the_configuration(
-        tmp_path, write_epoch, build, monkeypatch):
+    tmp_path, write_epoch, build, monkeypatch
+):
     release = tmp_path / "release"
     for run in ("alpha_2fp", "beta_4fp"):
         for epoch in range(2):
@@ -93,8 +96,10 @@ def test_a_moved_warehouse_opens_whole_and_the_storage_version_follows_the_confi
     moved = shutil.move(tmp_path / "wh", tmp_path / "elsewhere")
     with published(moved) as con:
         assert storage_version(con) == "v1.0.0+"
-        contents = {name: con.execute(f"select * from {schema}.{name} order by all").fetchall()
-                    for schema, name in relations(con)}
+        contents = {
+            name: con.execute(f"select * from {schema}.{name} order by all").fetchall()
+            for schema, name in relations(con)
+        }
     assert sorted(run for run, *_ in contents["fact_epochs"]) == ["alpha_2fp"] * 2 + ["beta_4fp"] * 2
 
     # Another storage version: the build database is made anew in it, and the same tables are published again.
@@ -102,8 +107,10 @@ def test_a_moved_warehouse_opens_whole_and_the_storage_version_follows_the_confi
     assert build([release], moved) == 0
     with published(moved) as con:
         assert storage_version(con) == "v1.4.0+"
-        assert {name: con.execute(f"select * from {schema}.{name} order by all").fetchall()
-                for schema, name in relations(con)} == contents
+        assert {
+            name: con.execute(f"select * from {schema}.{name} order by all").fetchall()
+            for schema, name in relations(con)
+        } == contents
 
 
 def test_the_storage_version_is_checked_when_configured_and_sets_the_build_database_s(tmp_path, monkeypatch):
@@ -127,8 +134,9 @@ def old_duckdb() -> str:
     if not python:
         if os.environ.get("CI") == "true":
             pytest.fail(f"${OLD_CLIENT_ENV} is not set: .ci/run installs an older duckdb for this test")
-        pytest.skip(f"${OLD_CLIENT_ENV} is not set (a Python with an older duckdb, pandas and pyarrow; .ci/run "
-                    "makes one)")
+        pytest.skip(
+            f"${OLD_CLIENT_ENV} is not set (a Python with an older duckdb, pandas and pyarrow; .ci/run makes one)"
+        )
     return python
 
 
@@ -138,20 +146,26 @@ def test_an_older_duckdb_client_reads_what_the_projects_own_reads(old_duckdb, sa
     queries = {table: f"select * from {table} order by all" for table in sorted(model_tables())}
     queries["trajectories_with_runs"] = (
         "select r.ablation, r.label, r.group_size, t.* from fact_trajectories t join dim_runs r using (run_id)"
-        " order by t.run_id, t.epoch, t.traj_index")
+        " order by t.run_id, t.epoch, t.traj_index"
+    )
     for name, files in parquet_files(wh).items():
         queries[name] = f"select * from {parquet_source(files)} order by all"
     assert {"export_run_summary", "lake_epochs", "lake_trajectories"} <= set(queries)
 
-    ran = subprocess.run([old_duckdb, "-c", OLD_CLIENT, str(wh / "warehouse.duckdb"), json.dumps(queries),
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [old_duckdb, "-c", OLD_CLIENT, str(wh / "warehouse.duckdb"), json.dumps(queries), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stderr
     version = (tmp_path / "version.txt").read_text()
     assert tuple(map(int, version.split(".")[:2])) < tuple(map(int, duckdb.__version__.split(".")[:2])), version
     with published(wh) as con:
         for name, sql in queries.items():
-            assert_frame_equal(in_utc(pl.read_ipc(tmp_path / f"{name}.arrow")), in_utc(con.sql(sql).pl()),
-                               check_exact=True)
+            assert_frame_equal(
+                in_utc(pl.read_ipc(tmp_path / f"{name}.arrow")), in_utc(con.sql(sql).pl()), check_exact=True
+            )
 
 
 def test_pandas_and_pyarrow_read_the_exports_and_the_lake_as_duckdb_does(sample_warehouse):
@@ -161,16 +175,23 @@ def test_pandas_and_pyarrow_read_the_exports_and_the_lake_as_duckdb_does(sample_
     with published(wh) as con:
         for name, paths in files.items():
             expected = in_utc(con.sql(f"select * from {parquet_source(paths)}").pl())
-            by_pyarrow = pl.concat([pl.from_arrow(pq.read_table(path, partitioning=None)) for path in paths],
-                                   how="diagonal_relaxed")
+            by_pyarrow = pl.concat(
+                [pl.from_arrow(pq.read_table(path, partitioning=None)) for path in paths], how="diagonal_relaxed"
+            )
             assert_frame_equal(in_utc(by_pyarrow.select(expected.columns)), expected, check_exact=True)
             # pyarrow-backed columns: a NumPy float column cannot tell a null from a NaN.
-            by_pandas = pd.concat([pd.read_parquet(path, partitioning=None, dtype_backend="pyarrow") for path in paths],
-                                  ignore_index=True)
+            by_pandas = pd.concat(
+                [pd.read_parquet(path, partitioning=None, dtype_backend="pyarrow") for path in paths], ignore_index=True
+            )
             assert sorted(by_pandas.columns) == sorted(expected.columns), name
-            assert_frame_equal(in_utc(pl.from_pandas(by_pandas[expected.columns])), expected, check_exact=True,
-                               check_dtypes=False)
+            assert_frame_equal(
+                in_utc(pl.from_pandas(by_pandas[expected.columns])), expected, check_exact=True, check_dtypes=False
+            )
         # An export holds its table's rows (in an order of its own).
         for table in ("epoch_metrics", "run_summary", "snapshots", "ablation_contrasts"):
-            assert_frame_equal(pl.from_arrow(pq.read_table(wh / "exports" / f"{table}.parquet")),
-                               con.sql(f"select * from {table}").pl(), check_exact=True, check_row_order=False)
+            assert_frame_equal(
+                pl.from_arrow(pq.read_table(wh / "exports" / f"{table}.parquet")),
+                con.sql(f"select * from {table}").pl(),
+                check_exact=True,
+                check_row_order=False,
+            )

@@ -10,11 +10,10 @@ import time
 
 import polars as pl
 import pytest
+from conftest import epoch_document
 
 import pipelines.lake
-from conftest import epoch_document
-from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, partition_file, stamps_file
-from pipelines.lake import unchanged_by_stamps
+from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, partition_file, stamps_file, unchanged_by_stamps
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
 from pipelines.settings import ENV_QUIET_SECONDS
@@ -74,8 +73,12 @@ def runs_of(release):
 
 
 def ingest(release, lake, full_scan=False):
-    return {r.run_id: r for r in ingest_runs(runs_of(release), lake, 10**6, workers=1, full_scan=full_scan,
-                                             quiet_seconds=QUIET["seconds"])}
+    return {
+        r.run_id: r
+        for r in ingest_runs(
+            runs_of(release), lake, 10**6, workers=1, full_scan=full_scan, quiet_seconds=QUIET["seconds"]
+        )
+    }
 
 
 @pytest.fixture
@@ -92,24 +95,38 @@ def quiet_release(tmp_path, write_epoch, quiet_at_once):
 def test_a_quiet_unchanged_run_is_settled_without_listing_it(quiet_release, listed):
     release, lake = quiet_release
     assert stamps(lake, "run_a")["folders"].keys() == {"run_a"}
-    assert stamps(lake, "run_b")["folders"].keys() == {
-        "run_b", "run_b/epoch_000", "run_b/epoch_001", "run_b/epoch_002"}
+    assert stamps(lake, "run_b")["folders"].keys() == {"run_b", "run_b/epoch_000", "run_b/epoch_001", "run_b/epoch_002"}
 
     results = ingest(release, lake)
     assert listed == []
     # What the manifest says of the lake: 3 epochs of 4 trajectories each, per run.
     assert {k: (r.changed, r.files_parsed, r.epochs, r.trajectories) for k, r in results.items()} == {
-        "run_a": (False, 0, 3, 12), "run_b": (False, 0, 3, 12)}
+        "run_a": (False, 0, 3, 12),
+        "run_b": (False, 0, 3, 12),
+    }
     assert select_runs(runs_of(release), lake, 10**6).stale == []
     assert listed == []
 
 
-@pytest.mark.parametrize("change", ["new file", "new folder-layout epoch", "file removed", "file renamed",
-                                    "file beside results.json", "results.json removed", "run folder replaced"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "new file",
+        "new folder-layout epoch",
+        "file removed",
+        "file renamed",
+        "file beside results.json",
+        "results.json removed",
+        "run folder replaced",
+    ],
+)
 def test_every_change_to_a_folder_is_found(quiet_release, write_epoch, listed, change):
     release, lake = quiet_release
-    run = "run_b" if change in ("new folder-layout epoch", "file beside results.json", "results.json removed") \
+    run = (
+        "run_b"
+        if change in ("new folder-layout epoch", "file beside results.json", "results.json removed")
         else "run_a"
+    )
     if change == "new file":
         set_mtime_back(write_epoch(release / "run_a", 3))  # even with an old mtime
     elif change == "new folder-layout epoch":
@@ -132,8 +149,15 @@ def test_every_change_to_a_folder_is_found(quiet_release, write_epoch, listed, c
 
     assert select_runs(runs_of(release), lake, 10**6).stale == [run]
     assert sorted(listed) == [run]  # the other run was settled from its stamps
-    expected_epochs = {"new file": 4, "new folder-layout epoch": 4, "file removed": 2, "file renamed": 2,
-                       "file beside results.json": 3, "results.json removed": 2, "run folder replaced": 2}[change]
+    expected_epochs = {
+        "new file": 4,
+        "new folder-layout epoch": 4,
+        "file removed": 2,
+        "file renamed": 2,
+        "file beside results.json": 3,
+        "results.json removed": 2,
+        "run folder replaced": 2,
+    }[change]
     assert ingest(release, lake)[run].epochs == expected_epochs
 
 
@@ -155,7 +179,8 @@ def test_a_file_rewritten_in_place_in_a_quiet_run_is_found_by_a_full_scan(quiet_
 
 
 def test_a_busy_run_is_listed_every_time_and_becomes_quiet_an_hour_after_its_last_write(
-        tmp_path, write_epoch, listed, monkeypatch):
+    tmp_path, write_epoch, listed, monkeypatch
+):
     release, lake = tmp_path / "release", tmp_path / "lake"
     files = [write_epoch(release / "run_a", e) for e in range(2)]  # just written: a trainer may still rewrite them
     set_mtime_back(*files)  # an mtime set back does not make a run quiet: its ctime says it was written now
@@ -193,8 +218,7 @@ def test_a_negative_wait_lists_every_run_on_every_build(tmp_path, write_epoch, m
 
 
 @pytest.mark.parametrize("trouble", ["quarantined file", "link"])
-def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_epoch, listed, trouble,
-                                                                 quiet_at_once):
+def test_runs_with_something_to_look_at_again_are_always_listed(tmp_path, write_epoch, listed, trouble, quiet_at_once):
     release, lake = tmp_path / "release", tmp_path / "lake"
     files = [write_epoch(release / "run_a", e) for e in range(2)]
     if trouble == "quarantined file":

@@ -3,8 +3,8 @@ that would remove runs by mistake is refused; a failure inside a Dagster step re
 
 import dagster as dg
 import pytest
-
 from conftest import epoch_document, write_epoch_file
+
 from pipelines.build import failure_reason
 from pipelines.cli import main
 from pipelines.defs.resources import WarehouseConfig
@@ -26,29 +26,42 @@ CASES = [
     (["--wait", "-5"], {}, "--wait must be 0 or more seconds, not -5.0"),
     (["--wait", "nan"], {}, "--wait must be 0 or more seconds, not nan"),
     ([], {"GRPO_WORKERS": "two"}, "GRPO_WORKERS='two' is not a whole number"),
-    ([], {"GRPO_WORKERS": "-3"},
-     "workers (GRPO_WORKERS) must be 0 or more (ingest processes; 0: one per core), not -3"),
+    (
+        [],
+        {"GRPO_WORKERS": "-3"},
+        "workers (GRPO_WORKERS) must be 0 or more (ingest processes; 0: one per core), not -3",
+    ),
     ([], {"GRPO_QUIET_SECONDS": "1h"}, "GRPO_QUIET_SECONDS='1h' is not a whole number"),
     ([], {"GRPO_SETTLE_SECONDS": "-1"}, "settle_seconds (GRPO_SETTLE_SECONDS) must be 0 or more (seconds), not -1"),
     ([], {"GRPO_SENSOR_INTERVAL": "0"}, "sensor_interval_seconds (GRPO_SENSOR_INTERVAL) must be 1 or more"),
-    ([], {"GRPO_DUCKDB_MEMORY_LIMIT": "lots"},
-     "duckdb_memory_limit (GRPO_DUCKDB_MEMORY_LIMIT) 'lots' is not a DuckDB memory size such as 512MB or 2GB"),
+    (
+        [],
+        {"GRPO_DUCKDB_MEMORY_LIMIT": "lots"},
+        "duckdb_memory_limit (GRPO_DUCKDB_MEMORY_LIMIT) 'lots' is not a DuckDB memory size such as 512MB or 2GB",
+    ),
     (["--release", "{tmp}/missing"], {}, "release folder {tmp}/missing does not exist"),
-    (["--release", "{tmp}/rel/run_a"], {},
-     "release folder {tmp}/rel/run_a holds epoch documents itself: it is a run folder; give the folder that holds "
-     "the run folders instead (--release {tmp}/rel)"),
+    (
+        ["--release", "{tmp}/rel/run_a"],
+        {},
+        "release folder {tmp}/rel/run_a holds epoch documents itself: it is a run folder; give the folder that holds "
+        "the run folders instead (--release {tmp}/rel)",
+    ),
     (["--registry", "{tmp}/missing.csv"], {}, "{tmp}/missing.csv: cannot read the registry: No such file or directory"),
     (["--warehouse", "{tmp}/a_file"], {}, "the warehouse {tmp}/a_file is a file, not a folder"),
     (["--warehouse", "{tmp}/a_file/wh"], {}, "cannot write in the warehouse folder {tmp}/a_file/wh: Not a directory"),
-    (["--warehouse", "{tmp}/x?y"], {},
-     "the warehouse path {tmp}/x?y holds a `?`, after which DuckDB reads a database path as options: choose another"),
+    (
+        ["--warehouse", "{tmp}/x?y"],
+        {},
+        "the warehouse path {tmp}/x?y holds a `?`, after which DuckDB reads a database path as options: choose another",
+    ),
     (["--warehouse", "{tmp}/x\\y"], {}, "the warehouse path {tmp}/x\\y holds a backslash, which DuckDB reads as a"),
 ]
 
 
 @pytest.mark.parametrize(("args", "environment", "message"), CASES)
-def test_a_bad_value_is_refused_on_one_line_before_any_work(tmp_path, release, capsys, monkeypatch, args,
-                                                             environment, message):
+def test_a_bad_value_is_refused_on_one_line_before_any_work(
+    tmp_path, release, capsys, monkeypatch, args, environment, message
+):
     (tmp_path / "a_file").write_text("")
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -68,14 +81,17 @@ def test_sql_refuses_max_rows_below_one(capsys):
     assert capsys.readouterr().err == "grpo-warehouse sql: --max-rows must be 1 or more, not 0\n"
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("ema_weight", 1.5, "ema_weight must be between 0 and 1, not 1.5"),
-    ("ci_level", 1.0, "ci_level must be between 0 and 1 (exclusive), not 1.0"),
-    ("bootstrap_reps", 0, "bootstrap_reps must be 1 or more (replicates), not 0"),
-    ("rolling_window", -2, "rolling_window must be 1 or more (epochs), not -2"),
-    ("max_file_bytes", 0, "max_file_bytes must be 1 or more (bytes), not 0"),
-    ("reward_tolerance", float("nan"), "reward_tolerance must be a finite number, not nan"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("ema_weight", 1.5, "ema_weight must be between 0 and 1, not 1.5"),
+        ("ci_level", 1.0, "ci_level must be between 0 and 1 (exclusive), not 1.0"),
+        ("bootstrap_reps", 0, "bootstrap_reps must be 1 or more (replicates), not 0"),
+        ("rolling_window", -2, "rolling_window must be 1 or more (epochs), not -2"),
+        ("max_file_bytes", 0, "max_file_bytes must be 1 or more (bytes), not 0"),
+        ("reward_tolerance", float("nan"), "reward_tolerance must be a finite number, not nan"),
+    ],
+)
 def test_every_parameter_is_checked(field, value, message):
     with pytest.raises(ConfigError) as refused:
         WarehouseConfig(**{field: value}).check()
@@ -106,14 +122,16 @@ def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp
     (release / "run_a").rename(tmp_path / "run_a_moved")
     assert refusal([release]) == (
         f"release folder {release} holds no run folder: refusing to remove the warehouse's 2 run(s) of release "
-        "'rel' (run_a, run_b) (an unmounted disk? a typo?); to remove them, add --remove-release rel")
+        "'rel' (run_a, run_b) (an unmounted disk? a typo?); to remove them, add --remove-release rel"
+    )
     release.rmdir()
     assert refusal([release]).startswith(f"release folder {release} does not exist: refusing to remove")
     other = tmp_path / "other"
     write_epoch_file(other / "run_c", 0)
     assert refusal([other]) == (
         "the warehouse holds 2 run(s) of release 'rel' (run_a, run_b), and no release given is 'rel': refusing to "
-        "remove them; to remove them, add --remove-release rel")
+        "remove them; to remove them, add --remove-release rel"
+    )
     assert refusal([other], remove=["rel"]) is None
     assert refusal([release], remove=["rel"]) is None
 
@@ -123,7 +141,8 @@ def test_a_warehouse_inside_a_release_is_not_a_run(tmp_path, release):
     runs, entries, _ = find_run_folders([release], warehouse=release / "wh")
     assert sorted(runs) == ["run_a", "run_b"]
     assert [(e.source_path, e.reason) for e in entries] == [
-        ("rel/wh", "the warehouse folder, or a folder holding it; not a run")]
+        ("rel/wh", "the warehouse folder, or a folder holding it; not a run")
+    ]
     runs, _, _ = find_run_folders([release], warehouse=release / "wh" / "lake")  # a folder holding it, too
     assert sorted(runs) == ["run_a", "run_b"]
 
@@ -140,9 +159,11 @@ def test_a_step_failure_is_reported_by_its_own_error(tmp_path):
         raise ConfigError("the registry says no")
 
     assert failure_reason(dg.materialize([reads_a_file], raise_on_error=False)) == (
-        f"the build failed in reads_a_file: FileNotFoundError: [Errno 2] No such file or directory: '{missing}'")
+        f"the build failed in reads_a_file: FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
+    )
     assert failure_reason(dg.materialize([refuses], raise_on_error=False)) == (
-        "the build failed in refuses: the registry says no")
+        "the build failed in refuses: the registry says no"
+    )
 
 
 @pytest.mark.slow

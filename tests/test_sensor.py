@@ -38,8 +38,9 @@ class Ticker:
         self.quiet_seconds = 3600  # how ingest (Ticker.ingest) settles runs
 
     def __call__(self):
-        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
-                                          resources={"warehouse": self.config})
+        context = dg.build_sensor_context(
+            instance=self.instance, cursor=self.cursor, resources={"warehouse": self.config}
+        )
         result = release_files_sensor(self.config.sensor_interval_seconds)(context)
         for request in result.dynamic_partitions_requests:
             if isinstance(request, dg.AddDynamicPartitionsRequest):
@@ -56,9 +57,13 @@ class Ticker:
     def ingest(self, result):
         """Does what the requested runs would do for run_lake: brings those runs' lake partitions up to date."""
         runs, _, _ = find_run_folders(self.config.release_roots())
-        return {r.partition_key: ingest_run_folder(runs[r.partition_key], lake_dir(self.config.warehouse), 2**20,
-                                                   quiet_seconds=self.quiet_seconds)
-                for r in result.run_requests if r.partition_key}
+        return {
+            r.partition_key: ingest_run_folder(
+                runs[r.partition_key], lake_dir(self.config.warehouse), 2**20, quiet_seconds=self.quiet_seconds
+            )
+            for r in result.run_requests
+            if r.partition_key
+        }
 
 
 def ingested_runs(result):
@@ -180,7 +185,8 @@ def test_files_already_in_the_lake_are_not_handed_to_ingest_again(tmp_path, writ
     changes = scan_releases([release], lake, set(), {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
     assert changes.new_runs == ["run_a"]
     assert {run: list(files) for run, files in changes.runs_to_ingest.items()} == {
-        "run_a": ["run_a/epoch_003_results.json"]}
+        "run_a": ["run_a/epoch_003_results.json"]
+    }
 
 
 @pytest.fixture
@@ -204,7 +210,8 @@ def test_a_quiet_run_is_not_listed(ticker, quiet_run):
     assert result.run_requests == [] and listed == []
     assert ticker.partitions() == ["run_a"]  # still known: not a run that went away
     assert result.skip_reason.skip_message == (
-        "no new, changed or removed epoch file in 1 run folder(s) (1 quiet, not listed)")
+        "no new, changed or removed epoch file in 1 run folder(s) (1 quiet, not listed)"
+    )
 
     result = ticker()  # and stays so
     assert result.run_requests == [] and listed == []
@@ -214,8 +221,14 @@ def test_a_quiet_run_that_changes_is_listed_and_only_its_new_file_handed_over(ti
     run, listed = quiet_run
     ticker()
     set_mtime(write_epoch(run, 2), OLD)  # the run folder changes: its stamps no longer hold
-    changes = scan_releases(ticker.config.release_roots(), lake_dir(ticker.config.warehouse), {"run_a"},
-                            parse_cursor(ticker.cursor)[1], now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    changes = scan_releases(
+        ticker.config.release_roots(),
+        lake_dir(ticker.config.warehouse),
+        {"run_a"},
+        parse_cursor(ticker.cursor)[1],
+        now_ns=(OLD + 3600) * 10**9,
+        settle_ns=SETTLE_NS,
+    )
     assert listed == ["run_a"] and changes.quiet_runs == 0
     assert list(changes.runs_to_ingest["run_a"]) == ["run_a/epoch_002_results.json"]  # the lake has the other two
 
@@ -244,8 +257,9 @@ def test_the_sensor_asks_for_the_runs_a_build_would_ingest(tmp_path, write_epoch
     changes = scan_releases([release], lake, set(runs), {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
     assert stale == ["run_a", "run_b", "run_c"]
     assert sorted(changes.runs_to_ingest) == stale
-    assert changes.runs_to_ingest["run_a"] == {"run_a/epoch_001_results.json": (
-        (release / "run_a" / "epoch_001_results.json").stat().st_size, OLD * 10**9)}
+    assert changes.runs_to_ingest["run_a"] == {
+        "run_a/epoch_001_results.json": ((release / "run_a" / "epoch_001_results.json").stat().st_size, OLD * 10**9)
+    }
 
 
 def test_settling_by_age_and_by_a_second_look(tmp_path, write_epoch):
@@ -254,13 +268,13 @@ def test_settling_by_age_and_by_a_second_look(tmp_path, write_epoch):
     set_mtime(path, 1_000)
     mtime_ns = 1_000 * 10**9
     stat = (path.stat().st_size, mtime_ns)
-    young = scan_releases([release], tmp_path / "lake", set(), {}, now_ns=mtime_ns + SETTLE_NS - 1,
-                          settle_ns=SETTLE_NS)
+    young = scan_releases([release], tmp_path / "lake", set(), {}, now_ns=mtime_ns + SETTLE_NS - 1, settle_ns=SETTLE_NS)
     assert young.runs_to_ingest == {} and young.waiting == {"run_a": ["run_a/epoch_000_results.json"]}
     old = scan_releases([release], tmp_path / "lake", set(), {}, now_ns=mtime_ns + SETTLE_NS, settle_ns=SETTLE_NS)
     assert old.runs_to_ingest == {"run_a": {"run_a/epoch_000_results.json": stat}}
-    second = scan_releases([release], tmp_path / "lake", set(), young.unsettled, now_ns=mtime_ns + 1,
-                           settle_ns=SETTLE_NS)
+    second = scan_releases(
+        [release], tmp_path / "lake", set(), young.unsettled, now_ns=mtime_ns + 1, settle_ns=SETTLE_NS
+    )
     assert second.runs_to_ingest == {"run_a": {"run_a/epoch_000_results.json": stat}} and second.unsettled == {}
 
 
@@ -280,8 +294,14 @@ def test_a_rewrite_of_the_same_size_with_a_new_mtime_is_taken(tmp_path, ticker, 
     # A sensor starting afresh (no cursor) compares with the lake's manifest too: the same holds.
     write_epoch(run, 0, epoch_document(0, loss=0.9))
     set_mtime(path, OLD + 120)
-    fresh = scan_releases([tmp_path / "release"], lake_dir(tmp_path / "wh"), {"run_a"}, {},
-                          now_ns=(OLD + 200) * 10**9, settle_ns=SETTLE_NS)
+    fresh = scan_releases(
+        [tmp_path / "release"],
+        lake_dir(tmp_path / "wh"),
+        {"run_a"},
+        {},
+        now_ns=(OLD + 200) * 10**9,
+        settle_ns=SETTLE_NS,
+    )
     assert list(fresh.runs_to_ingest["run_a"]) == ["run_a/epoch_000_results.json"]
 
 
@@ -315,8 +335,10 @@ def test_the_cursor_is_small_and_readable_and_skip_reasons_say_what_is_happening
     growing.write_text('{"epoch": 5, "rewards": [')  # being written: seconds old, not yet settled
     result = ticker()
     assert result.run_requests == []
-    assert result.skip_reason.skip_message == ("waiting for 1 file(s) still being written to settle "
-                                  "(run_07: run_07/epoch_005_results.json); they are taken once unchanged for a tick")
+    assert result.skip_reason.skip_message == (
+        "waiting for 1 file(s) still being written to settle "
+        "(run_07: run_07/epoch_005_results.json); they are taken once unchanged for a tick"
+    )
     assert len(ticker.cursor) < 100 and list(json.loads(ticker.cursor)["unsettled"]) == ["run_07"]
     set_mtime(growing, OLD)  # finished long ago after all
     assert ingested_runs(ticker()) == ["run_07"]
@@ -333,8 +355,9 @@ def test_runs_are_named_jobs_tagged_with_what_they_refresh_and_not_launched_twic
     assert ingest.tags["grpo/refreshes"] == "lake partition run_a: 1 new, changed or removed epoch file(s)"
     # Not ingested yet: while its run is queued or running, a later tick asks for nothing more; once it is over and
     # the lake still lacks the files (the run failed), it asks again.
-    changes = scan_releases([release], lake_dir(ticker.config.warehouse), {"run_a"}, {},
-                            now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS)
+    changes = scan_releases(
+        [release], lake_dir(ticker.config.warehouse), {"run_a"}, {}, now_ns=(OLD + 3600) * 10**9, settle_ns=SETTLE_NS
+    )
     assert release_sensor_result(changes, 1, {"run_a"}, frozenset({"run_a"})) == ([], [])
     [again], _ = release_sensor_result(changes, 1, {"run_a"})
     assert (again.partition_key, again.run_key) == ("run_a", "run_a@1")

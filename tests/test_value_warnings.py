@@ -5,7 +5,6 @@ a per-trajectory extra of another length than the trajectory count."""
 import json
 
 import pytest
-
 from conftest import epoch_document, write_epoch_file
 
 
@@ -35,31 +34,75 @@ def test_each_surprising_value_gets_its_row_and_means_do_not_overflow(tmp_path, 
     wh = tmp_path / "wh"
     assert build([release], wh, "--registry", str(registry)) == 0
 
-    rows = query(wh, "select run_id, source_path, epoch, error_kind, message, severity from ingest_errors "
-                     "order by run_id, source_path, error_kind")
+    rows = query(
+        wh,
+        "select run_id, source_path, epoch, error_kind, message, severity from ingest_errors "
+        "order by run_id, source_path, error_kind",
+    )
     assert rows == [
-        ("groups3", "groups3/", 0, "partial_group",
-         "group_size 3 does not divide the trajectory count of 2 epoch(s) (epoch 0: 4 trajectories); the last "
-         "group of each is partial", "warning"),
-        ("huge", "huge/epoch_000_results.json", 0, "mean_overflow",
-         "the sum of the finite rewards overflows a float", "warning"),
-        ("short", "short/epoch_001_results.json", 1, "extra_length_mismatch",
-         "per-trajectory extra `judge` holds 2 value(s) for 4 trajectories", "warning"),
-        ("values", "values/epoch_000_results.json", 0, "null_value",
-         "rewards: 1 null(s), the first at position 1", "warning"),
-        ("values", "values/epoch_001_results.json", 1, "infinite_value",
-         "rewards: 1 infinite value(s), the first at position 2 (a number too large for a float, such as 1e309, "
-         "or an Infinity token)", "warning"),
-        ("values", "values/epoch_002_results.json", 2, "null_value",
-         "advantages: 1 null(s), the first at position 3", "warning"),
+        (
+            "groups3",
+            "groups3/",
+            0,
+            "partial_group",
+            "group_size 3 does not divide the trajectory count of 2 epoch(s) (epoch 0: 4 trajectories); the last "
+            "group of each is partial",
+            "warning",
+        ),
+        (
+            "huge",
+            "huge/epoch_000_results.json",
+            0,
+            "mean_overflow",
+            "the sum of the finite rewards overflows a float",
+            "warning",
+        ),
+        (
+            "short",
+            "short/epoch_001_results.json",
+            1,
+            "extra_length_mismatch",
+            "per-trajectory extra `judge` holds 2 value(s) for 4 trajectories",
+            "warning",
+        ),
+        (
+            "values",
+            "values/epoch_000_results.json",
+            0,
+            "null_value",
+            "rewards: 1 null(s), the first at position 1",
+            "warning",
+        ),
+        (
+            "values",
+            "values/epoch_001_results.json",
+            1,
+            "infinite_value",
+            "rewards: 1 infinite value(s), the first at position 2 (a number too large for a float, such as 1e309, "
+            "or an Infinity token)",
+            "warning",
+        ),
+        (
+            "values",
+            "values/epoch_002_results.json",
+            2,
+            "null_value",
+            "advantages: 1 null(s), the first at position 3",
+            "warning",
+        ),
     ]
-    assert query(wh, "select epoch, group_index, n_trajectories, is_partial from group_metrics "
-                     "where run_id = 'groups3' order by 1, 2") == [
-        (0, 0, 3, False), (0, 1, 1, True), (1, 0, 3, False), (1, 1, 1, True), (2, 0, 3, False), (2, 1, 3, False)]
+    assert query(
+        wh,
+        "select epoch, group_index, n_trajectories, is_partial from group_metrics "
+        "where run_id = 'groups3' order by 1, 2",
+    ) == [(0, 0, 3, False), (0, 1, 1, True), (1, 0, 3, False), (1, 1, 1, True), (2, 0, 3, False), (2, 1, 3, False)]
     # the true means, worked out by hand
     assert query(wh, "select mean_reward from epoch_metrics where run_id = 'huge'") == [(1e308,)]
     assert query(wh, "select reward_mean from group_metrics where run_id = 'huge'") == [(1e308,)]
     assert query(wh, "select auc_reward from run_summary where run_id = 'huge'") == [(1e308,)]
     assert query(wh, "select epoch, mean_reward from epoch_metrics where run_id = 'values' order by 1") == [
-        (0, (0.0 + 0.5 + 0.75) / 3), (1, (0.0 + 0.25 + 0.75) / 3), (2, (0.0 + 0.25 + 0.5 + 0.75) / 4)]
+        (0, (0.0 + 0.5 + 0.75) / 3),
+        (1, (0.0 + 0.25 + 0.75) / 3),
+        (2, (0.0 + 0.25 + 0.5 + 0.75) / 4),
+    ]
     assert query(wh, "select judge from fact_epochs where run_id = 'short' order by epoch") == [(None,), ("[1, 2]",)]

@@ -1,6 +1,5 @@
 """The one configurable resource: where releases and the warehouse are, and every metric parameter."""
 
-
 import math
 import tempfile
 from collections.abc import Mapping
@@ -21,9 +20,14 @@ from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION
 
 # Lower bounds of the whole-number settings, and the text that says what they count.
 _AT_LEAST = {
-    "max_file_bytes": (1, "bytes"), "workers": (0, "ingest processes; 0: one per core"),
-    "sensor_interval_seconds": (1, "seconds"), "settle_seconds": (0, "seconds"), "rolling_window": (1, "epochs"),
-    "final_window": (1, "epochs"), "bootstrap_reps": (1, "replicates"), "breakdown_window": (1, "epochs"),
+    "max_file_bytes": (1, "bytes"),
+    "workers": (0, "ingest processes; 0: one per core"),
+    "sensor_interval_seconds": (1, "seconds"),
+    "settle_seconds": (0, "seconds"),
+    "rolling_window": (1, "epochs"),
+    "final_window": (1, "epochs"),
+    "bootstrap_reps": (1, "replicates"),
+    "breakdown_window": (1, "epochs"),
 }
 
 
@@ -69,8 +73,10 @@ class WarehouseConfig(dg.ConfigurableResource):
             with duckdb.connect() as con:
                 con.execute(f"attach ':memory:' as probe (storage_version {sql_string(version)})")
         except duckdb.Error:
-            raise ValueError(f"{version!r} is not a DuckDB version this DuckDB can write files for "
-                             f"(such as {DEFAULT_STORAGE_VERSION} or v{duckdb.__version__})") from None
+            raise ValueError(
+                f"{version!r} is not a DuckDB version this DuckDB can write files for "
+                f"(such as {DEFAULT_STORAGE_VERSION} or v{duckdb.__version__})"
+            ) from None
         return version
 
     @classmethod
@@ -160,8 +166,9 @@ def _check_memory_limit(limit: str) -> None:
     try:
         duckdb.connect(config={"memory_limit": limit}).close()
     except duckdb.Error:
-        raise ConfigError(f"{_named('duckdb_memory_limit')} {limit!r} is not a DuckDB memory size such "
-                          "as 512MB or 2GB") from None
+        raise ConfigError(
+            f"{_named('duckdb_memory_limit')} {limit!r} is not a DuckDB memory size such as 512MB or 2GB"
+        ) from None
 
 
 def _check_writable(warehouse: Path) -> None:

@@ -14,8 +14,8 @@ NIGHTLY_CRON = "0 3 * * *"
     default_status=dg.DefaultScheduleStatus.RUNNING,
     execution_timezone="UTC",
     description="Refreshes the whole warehouse each night at 03:00 UTC: every run partition listed in full (finding "
-                "a file rewritten in place in a quiet run, which the sensor does not list), then every model and "
-                "export, which are kept when their inputs did not change.",
+    "a file rewritten in place in a quiet run, which the sensor does not list), then every model and "
+    "export, which are kept when their inputs did not change.",
 )
 def nightly_refresh(context: dg.ScheduleEvaluationContext):
     """Refreshes every asset each night at 03:00 UTC, over every run partition known then."""
@@ -23,5 +23,6 @@ def nightly_refresh(context: dg.ScheduleEvaluationContext):
     if not keys:
         return dg.SkipReason("no run partitions yet: the release sensor adds one per run folder it finds")
     # One run over the whole partition range: run_lake ingests all runs in one step (BackfillPolicy.single_run).
-    return dg.RunRequest(tags={**all_runs_tags(keys), REFRESHES_TAG: f"everything: {len(keys)} run partition(s), "
-                                                                     "every model and export"})
+    return dg.RunRequest(
+        tags={**all_runs_tags(keys), REFRESHES_TAG: f"everything: {len(keys)} run partition(s), every model and export"}
+    )

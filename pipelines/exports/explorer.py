@@ -26,17 +26,37 @@ ABLATION_FOLDER = "ablations"
 # Up to this many ablations share index.html; beyond it each has a page and index.html lists them.
 MAX_ABLATIONS_ON_INDEX = 4
 EPOCH_COLUMNS = ["epoch", "mean_reward", "frac_zero_std_groups", "sample_entropy", "train_entropy", "snapshot_id"]
-SUMMARY_COLUMNS = ["n_epochs", "first_epoch", "last_epoch", "missing_epochs", "final_reward", "peak_reward_ema",
-                   "peak_epoch", "matched_horizon", "matched_epoch", "matched_reward", "matched_ci_low",
-                   "matched_ci_high", "matched_iqm", "matched_effective_n"]
+SUMMARY_COLUMNS = [
+    "n_epochs",
+    "first_epoch",
+    "last_epoch",
+    "missing_epochs",
+    "final_reward",
+    "peak_reward_ema",
+    "peak_epoch",
+    "matched_horizon",
+    "matched_epoch",
+    "matched_reward",
+    "matched_ci_low",
+    "matched_ci_high",
+    "matched_iqm",
+    "matched_effective_n",
+]
 # The interval columns (matched_ci_*, matched_iqm, matched_effective_n; ci_method, unit, resolved) are shown when the
 # warehouse's tables have them.
-CONTRAST_COLUMNS = ["run_a", "run_b", "delta", "ci_low", "ci_high", "ci_method", "unit", "resolved",
-                    "prob_improvement"]
+CONTRAST_COLUMNS = ["run_a", "run_b", "delta", "ci_low", "ci_high", "ci_method", "unit", "resolved", "prob_improvement"]
 SNAPSHOT_COLUMNS = ["run_id", "role", "epoch", "snapshot_id", "model_name"]
 ROLE_ORDER = {"final": 0, "best": 1, "matched": 2}
-BREAKDOWN_COLUMNS = ["run_id", "breakdown", "level", "window_start", "window_end", "n_epochs", "n_trajectories",
-                     "mean_reward"]
+BREAKDOWN_COLUMNS = [
+    "run_id",
+    "breakdown",
+    "level",
+    "window_start",
+    "window_end",
+    "n_epochs",
+    "n_trajectories",
+    "mean_reward",
+]
 
 
 @dataclass(frozen=True)
@@ -91,18 +111,23 @@ def vega_bundle(cache: Path | None = None) -> str:
 def library_versions() -> str:
     import vl_convert
 
-    return (f"vl-convert {vl_convert.__version__}, Vega {vl_convert.get_vega_version()}, "
-            f"Vega-Lite {vl_convert.get_vegalite_versions()[-1]}, vega-embed {vl_convert.get_vega_embed_version()}")
+    return (
+        f"vl-convert {vl_convert.__version__}, Vega {vl_convert.get_vega_version()}, "
+        f"Vega-Lite {vl_convert.get_vegalite_versions()[-1]}, vega-embed {vl_convert.get_vega_embed_version()}"
+    )
 
 
 def _json_ready(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
     """The columns of frame that it has, non-finite floats as null (JSON has no NaN), decimals as floats."""
     present = [c for c in columns if c in frame.columns]
-    return frame.select([
-        pl.when(pl.col(c).cast(pl.Float64).is_finite()).then(pl.col(c).cast(pl.Float64)).alias(c)
-        if frame.schema[c].is_float() or frame.schema[c].is_decimal() else pl.col(c)
-        for c in present
-    ])
+    return frame.select(
+        [
+            pl.when(pl.col(c).cast(pl.Float64).is_finite()).then(pl.col(c).cast(pl.Float64)).alias(c)
+            if frame.schema[c].is_float() or frame.schema[c].is_decimal()
+            else pl.col(c)
+            for c in present
+        ]
+    )
 
 
 def _of_runs(frame: pl.DataFrame, run_ids: list[str]) -> pl.DataFrame:
@@ -115,16 +140,24 @@ def _run_entries(members: pl.DataFrame, summary: pl.DataFrame) -> list[dict]:
     colours = run_colours(run_ids)
     numbers = _json_ready(summary, ["run_id", *SUMMARY_COLUMNS])
     by_run = {row["run_id"]: row for row in numbers.to_dicts()}
-    return [{"run_id": run, "label": label or run, "colour": colours[run],
-             **{k: v for k, v in by_run.get(run, {}).items() if k != "run_id"}}
-            for run, label in zip(run_ids, members["label"].to_list(), strict=True)]
+    return [
+        {
+            "run_id": run,
+            "label": label or run,
+            "colour": colours[run],
+            **{k: v for k, v in by_run.get(run, {}).items() if k != "run_id"},
+        }
+        for run, label in zip(run_ids, members["label"].to_list(), strict=True)
+    ]
 
 
 def _series(epochs: pl.DataFrame) -> dict[str, dict[str, list]]:
     """Per run, its epochs in order as columns (epoch, mean_reward, ...): compact JSON, one list per column."""
     columns = _json_ready(epochs.sort("run_id", "epoch"), ["run_id", *EPOCH_COLUMNS])
-    return {run: frame.drop("run_id").to_dict(as_series=False)
-            for (run,), frame in columns.partition_by("run_id", as_dict=True, maintain_order=True).items()}
+    return {
+        run: frame.drop("run_id").to_dict(as_series=False)
+        for (run,), frame in columns.partition_by("run_id", as_dict=True, maintain_order=True).items()
+    }
 
 
 def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
@@ -137,12 +170,17 @@ def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
         "runs": _run_entries(members, _of_runs(tables.summary, run_ids)),
         "series": _series(_of_runs(tables.epochs, run_ids)),
         "contrasts": _json_ready(contrasts.sort("run_a", "run_b"), CONTRAST_COLUMNS).to_dicts(),
-        "snapshots": _json_ready(_of_runs(tables.snapshots, run_ids).sort(
-            "run_id", pl.col("role").replace_strict(ROLE_ORDER, default=len(ROLE_ORDER), return_dtype=pl.Int64),
-            "role"), SNAPSHOT_COLUMNS).to_dicts(),
-        "breakdowns": _json_ready(_of_runs(tables.breakdowns, run_ids).sort("run_id", "breakdown", "level",
-                                                                             "window_start"),
-                                  BREAKDOWN_COLUMNS).to_dicts(),
+        "snapshots": _json_ready(
+            _of_runs(tables.snapshots, run_ids).sort(
+                "run_id",
+                pl.col("role").replace_strict(ROLE_ORDER, default=len(ROLE_ORDER), return_dtype=pl.Int64),
+                "role",
+            ),
+            SNAPSHOT_COLUMNS,
+        ).to_dicts(),
+        "breakdowns": _json_ready(
+            _of_runs(tables.breakdowns, run_ids).sort("run_id", "breakdown", "level", "window_start"), BREAKDOWN_COLUMNS
+        ).to_dicts(),
     }
 
 
@@ -171,12 +209,12 @@ def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
     fetched."""
     library = (library or vega_bundle()).replace("</script", "<\\/script")
     return (
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{html.escape(title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
         f"<script>\n{library}\n</script>\n</head>\n<body>\n"
-        "<div id=\"explorer\">Loading… (this page needs JavaScript)</div>\n"
-        f"<script type=\"application/json\" id=\"explorer-data\">{_script_json(payload)}</script>\n"
+        '<div id="explorer">Loading… (this page needs JavaScript)</div>\n'
+        f'<script type="application/json" id="explorer-data">{_script_json(payload)}</script>\n'
         f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
     ).encode()
 
@@ -198,9 +236,17 @@ def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: 
     if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
         return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())}, library)}
     names = page_names(ablations)
-    files = {INDEX: render_page("GRPO run explorer", {
-        **common, "ablations": [], "overview": [_overview(payloads[a], names[a]) for a in ablations]}, library)}
+    files = {
+        INDEX: render_page(
+            "GRPO run explorer",
+            {**common, "ablations": [], "overview": [_overview(payloads[a], names[a]) for a in ablations]},
+            library,
+        )
+    }
     for ablation, payload in payloads.items():
-        files[names[ablation]] = render_page(f"{ablation or 'unassigned'} · GRPO run explorer",
-                                             {**common, "ablations": [payload], "index": f"../{INDEX}"}, library)
+        files[names[ablation]] = render_page(
+            f"{ablation or 'unassigned'} · GRPO run explorer",
+            {**common, "ablations": [payload], "index": f"../{INDEX}"},
+            library,
+        )
     return files

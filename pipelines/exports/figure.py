@@ -32,8 +32,15 @@ LEGEND_COLUMNS = 4  # runs per row of the legend below the panels
 PREVIEW_SCALE = 0.4  # the UI's preview: the PNG shrunk to 60 dpi
 JOBS_PER_HELPER = 4  # figures to draw per helper process spawned (draw_figures)
 JOBS_AHEAD = 2  # figures handed to each helper before it finishes one
-NEEDED_EPOCH_COLUMNS = ["run_id", "epoch", "mean_reward", "reward_ema", "frac_zero_std_groups",
-                        "sample_entropy", "train_entropy"]
+NEEDED_EPOCH_COLUMNS = [
+    "run_id",
+    "epoch",
+    "mean_reward",
+    "reward_ema",
+    "frac_zero_std_groups",
+    "sample_entropy",
+    "train_entropy",
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,10 @@ def grid_margins(runs: int) -> dict[str, float]:
     column_gap, row_gap = 0.95, 0.8  # the right panels' y labels; the upper right panel's ticks and the lower's title
     panels_width, panels_height = width - left - right, height - top - bottom
     return {
-        "left": left / width, "right": 1 - right / width, "top": 1 - top / height, "bottom": bottom / height,
+        "left": left / width,
+        "right": 1 - right / width,
+        "top": 1 - top / height,
+        "bottom": bottom / height,
         # matplotlib gives the gaps as fractions of the mean panel width and height
         "wspace": column_gap / ((panels_width - column_gap) / 2),
         "hspace": row_gap / ((panels_height - row_gap) / 2),
@@ -129,8 +139,11 @@ def ablation_inputs(
     """The rows one ablation's figure is drawn from, and nothing else: its runs, their epochs, their summaries."""
     members = runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
     run_ids = members["run_id"].to_list()
-    return (members, epochs.filter(pl.col("run_id").is_in(run_ids)).select(NEEDED_EPOCH_COLUMNS),
-            summary.filter(pl.col("run_id").is_in(run_ids)))
+    return (
+        members,
+        epochs.filter(pl.col("run_id").is_in(run_ids)).select(NEEDED_EPOCH_COLUMNS),
+        summary.filter(pl.col("run_id").is_in(run_ids)),
+    )
 
 
 def ablation_figure(
@@ -172,26 +185,63 @@ def ablation_figure(
         rows = data.filter(pl.col("run_id") == run)
         colour = colours[run]
         x = _values(rows, "epoch")
-        ax_reward.plot(x, _values(rows, "mean_reward"), linestyle="none", marker="o", markersize=1.8,
-                       alpha=0.28, color=colour, gid=f"raw:{run}")
-        ax_reward.fill_between(x, _values(rows, "band_low"), _values(rows, "band_high"), color=colour,
-                               alpha=0.18, linewidth=0, gid=f"band:{run}")
-        ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, label=labels[run],
-                       gid=f"ema:{run}")
+        ax_reward.plot(
+            x,
+            _values(rows, "mean_reward"),
+            linestyle="none",
+            marker="o",
+            markersize=1.8,
+            alpha=0.28,
+            color=colour,
+            gid=f"raw:{run}",
+        )
+        ax_reward.fill_between(
+            x,
+            _values(rows, "band_low"),
+            _values(rows, "band_high"),
+            color=colour,
+            alpha=0.18,
+            linewidth=0,
+            gid=f"band:{run}",
+        )
+        ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, label=labels[run], gid=f"ema:{run}")
         ax_zero.plot(x, _values(rows, "frac_zero_std_trailing"), color=colour, linewidth=1.5, gid=f"zero_std:{run}")
-        ax_entropy.plot(x, _values(rows, "sample_entropy_trailing"), color=colour, linewidth=1.5,
-                        gid=f"sample_entropy:{run}")
-        ax_entropy.plot(x, _values(rows, "train_entropy_trailing"), color=colour, linewidth=1.2, linestyle="--",
-                        gid=f"train_entropy:{run}")
+        ax_entropy.plot(
+            x, _values(rows, "sample_entropy_trailing"), color=colour, linewidth=1.5, gid=f"sample_entropy:{run}"
+        )
+        ax_entropy.plot(
+            x,
+            _values(rows, "train_entropy_trailing"),
+            color=colour,
+            linewidth=1.2,
+            linestyle="--",
+            gid=f"train_entropy:{run}",
+        )
         matched = summary.filter(pl.col("run_id") == run).to_dicts()
         if horizons and matched and _finite(matched[0]["matched_reward"]):
-            ax_reward.plot([horizons[0]], [matched[0]["matched_reward"]], marker="D", markersize=7, color=colour,
-                           markeredgecolor="black", markeredgewidth=0.8, linestyle="none", zorder=5,
-                           gid=f"matched:{run}")
+            ax_reward.plot(
+                [horizons[0]],
+                [matched[0]["matched_reward"]],
+                marker="D",
+                markersize=7,
+                color=colour,
+                markeredgecolor="black",
+                markeredgewidth=0.8,
+                linestyle="none",
+                zorder=5,
+                gid=f"matched:{run}",
+            )
             low, high = matched[0].get("matched_ci_low"), matched[0].get("matched_ci_high")
             if _finite(low) and _finite(high):
-                ax_reward.plot([horizons[0]] * 2, [low, high], color=colour, linewidth=2.2, solid_capstyle="butt",
-                               zorder=4.5, gid=f"matched_interval:{run}")
+                ax_reward.plot(
+                    [horizons[0]] * 2,
+                    [low, high],
+                    color=colour,
+                    linewidth=2.2,
+                    solid_capstyle="butt",
+                    zorder=4.5,
+                    gid=f"matched_interval:{run}",
+                )
 
     for ax in (ax_reward, ax_zero, ax_entropy):
         for horizon in horizons:
@@ -201,10 +251,19 @@ def ablation_figure(
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
     for horizon in horizons:
-        ax_reward.annotate(f"compute-matched\nhorizon: epoch {horizon}", xy=(horizon, 1), xycoords=("data", "axes fraction"),
-                           xytext=(-4, -4), textcoords="offset points", ha="right", va="top", fontsize=9,
-                           color="0.2", gid="horizon_label",
-                           bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+        ax_reward.annotate(
+            f"compute-matched\nhorizon: epoch {horizon}",
+            xy=(horizon, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(-4, -4),
+            textcoords="offset points",
+            ha="right",
+            va="top",
+            fontsize=9,
+            color="0.2",
+            gid="horizon_label",
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+        )
 
     window = smoothing.window
     ax_reward.set_title("Reward (per-epoch mean over trajectories)", loc="left", fontweight="bold")
@@ -220,34 +279,66 @@ def ablation_figure(
 
     grey = "0.35"
     key = [
-        mlines.Line2D([], [], color=grey, marker="o", markersize=3, alpha=0.5, linestyle="none",
-                      label="per-epoch mean reward"),
+        mlines.Line2D(
+            [], [], color=grey, marker="o", markersize=3, alpha=0.5, linestyle="none", label="per-epoch mean reward"
+        ),
         mlines.Line2D([], [], color=grey, linewidth=1.9, label=f"EMA (weight {smoothing.ema_weight:g})"),
-        mpatches.Patch(color=grey, alpha=0.25, linewidth=0,
-                       label=f"EMA ± trailing {window}-epoch spread (descriptive, not a test)"),
+        mpatches.Patch(
+            color=grey, alpha=0.25, linewidth=0, label=f"EMA ± trailing {window}-epoch spread (descriptive, not a test)"
+        ),
     ]
     if any(str(line.get_gid()).startswith("matched:") for line in ax_reward.get_lines()):
-        key.append(mlines.Line2D([], [], color=grey, marker="D", markeredgecolor="black", linestyle="none",
-                                 label=f"matched reward (mean of last {final_window} epochs ≤ horizon)"))
+        key.append(
+            mlines.Line2D(
+                [],
+                [],
+                color=grey,
+                marker="D",
+                markeredgecolor="black",
+                linestyle="none",
+                label=f"matched reward (mean of last {final_window} epochs ≤ horizon)",
+            )
+        )
     if any(str(line.get_gid()).startswith("matched_interval:") for line in ax_reward.get_lines()):
-        key.append(mlines.Line2D([], [], color=grey, linewidth=2.2,
-                                 label=f"its {smoothing.band_level:.0%} interval (autocorrelation-aware)"))
+        key.append(
+            mlines.Line2D(
+                [],
+                [],
+                color=grey,
+                linewidth=2.2,
+                label=f"its {smoothing.band_level:.0%} interval (autocorrelation-aware)",
+            )
+        )
     ax_reward.legend(handles=key, loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
-    ax_entropy.legend(handles=[mlines.Line2D([], [], color=grey, linewidth=1.5, label="sample entropy"),
-                               mlines.Line2D([], [], color=grey, linewidth=1.2, linestyle="--", label="train entropy")],
-                      loc="best", fontsize=8.5)
+    ax_entropy.legend(
+        handles=[
+            mlines.Line2D([], [], color=grey, linewidth=1.5, label="sample entropy"),
+            mlines.Line2D([], [], color=grey, linewidth=1.2, linestyle="--", label="train entropy"),
+        ],
+        loc="best",
+        fontsize=8.5,
+    )
     if run_ids:
         curves = [line for line in ax_reward.get_lines() if str(line.get_gid()).startswith("ema:")]
-        fig.legend(handles=curves, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(run_ids), LEGEND_COLUMNS),
-                   frameon=False, fontsize=10)
+        fig.legend(
+            handles=curves,
+            loc="lower center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncols=min(len(run_ids), LEGEND_COLUMNS),
+            frameon=False,
+            fontsize=10,
+        )
     else:
         ax_reward.text(0.5, 0.5, "no runs in this ablation", transform=ax_reward.transAxes, ha="center")
     if data.is_empty() and run_ids:
         ax_reward.text(0.5, 0.5, "no epochs loaded", transform=ax_reward.transAxes, ha="center")
 
     horizon_text = f", compute-matched at epoch {horizons[0]}" if len(horizons) == 1 else ""
-    fig.suptitle(f"Ablation “{ablation or 'unassigned'}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}"
-                 f"{horizon_text}", fontsize=14, fontweight="bold")
+    fig.suptitle(
+        f"Ablation “{ablation or 'unassigned'}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}{horizon_text}",
+        fontsize=14,
+        fontweight="bold",
+    )
     return fig
 
 

@@ -32,4 +32,3 @@ def table_files(frame: pl.DataFrame) -> dict[str, bytes]:
     parquet = io.BytesIO()
     frame.write_parquet(parquet)
     return {"csv": frame.write_csv().encode(), "parquet": parquet.getvalue()}
-

@@ -48,6 +48,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def frame_table(frame: pl.DataFrame) -> str:
     """Any frame as a Markdown table, floats with 3 decimals."""
+
     def cell(value) -> str:
         return num(value) if isinstance(value, float) else (MISSING if value is None else str(value))
 
@@ -60,9 +61,11 @@ def _finite(value) -> bool:
 
 def ranked(summary: pl.DataFrame) -> pl.DataFrame:
     """Runs by matched reward, best first; runs without one last, then by run id."""
-    return summary.with_columns(
-        _has=pl.col("matched_reward").is_not_null() & pl.col("matched_reward").is_not_nan()
-    ).sort(["_has", "matched_reward", "run_id"], descending=[True, True, False], nulls_last=True).drop("_has")
+    return (
+        summary.with_columns(_has=pl.col("matched_reward").is_not_null() & pl.col("matched_reward").is_not_nan())
+        .sort(["_has", "matched_reward", "run_id"], descending=[True, True, False], nulls_last=True)
+        .drop("_has")
+    )
 
 
 def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict | None:
@@ -70,14 +73,23 @@ def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict 
     for row in contrasts.iter_rows(named=True):
         kept = {key: row[key] for key in ("ci_method", "unit", "resolved")}
         if (row["run_a"], row["run_b"]) == (other, winner):
-            return {"delta": row["delta"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
-                    "prob_improvement": row["prob_improvement"], **kept}
+            return {
+                "delta": row["delta"],
+                "ci_low": row["ci_low"],
+                "ci_high": row["ci_high"],
+                "prob_improvement": row["prob_improvement"],
+                **kept,
+            }
         if (row["run_a"], row["run_b"]) == (winner, other):
             # Percentile and t intervals flip exactly under negation; ties count one half, so P(a wins) = 1 − P(b wins).
-            flip = (lambda v: -v if _finite(v) else v)
-            return {"delta": flip(row["delta"]), "ci_low": flip(row["ci_high"]), "ci_high": flip(row["ci_low"]),
-                    "prob_improvement": 1 - row["prob_improvement"] if _finite(row["prob_improvement"]) else None,
-                    **kept}
+            flip = lambda v: -v if _finite(v) else v
+            return {
+                "delta": flip(row["delta"]),
+                "ci_low": flip(row["ci_high"]),
+                "ci_high": flip(row["ci_low"]),
+                "prob_improvement": 1 - row["prob_improvement"] if _finite(row["prob_improvement"]) else None,
+                **kept,
+            }
     return None
 
 
@@ -95,25 +107,32 @@ def verdict(contrast: dict, level: str) -> str:
     and about which population (these runs, or the configurations their seeds sample)."""
     if not (_finite(contrast["ci_low"]) and _finite(contrast["ci_high"])):
         if contrast["unit"] == "runs":
-            return (" There is no interval: one of the two arms has a single run, which shows nothing of its "
-                    "configuration's spread; more seeds of it would.")
+            return (
+                " There is no interval: one of the two arms has a single run, which shows nothing of its "
+                "configuration's spread; more seeds of it would."
+            )
         return " There is no interval (too few epochs in a window to estimate one)."
     excludes = contrast["ci_low"] > 0 or contrast["ci_high"] < 0
     if contrast["ci_method"] == "iid":
-        return (" This interval treats autocorrelated epochs as independent and is far too narrow, so it resolves "
-                "nothing" + (" even though it excludes zero." if excludes else "; it includes zero anyway."))
+        return (
+            " This interval treats autocorrelated epochs as independent and is far too narrow, so it resolves "
+            "nothing" + (" even though it excludes zero." if excludes else "; it includes zero anyway.")
+        )
     if contrast["unit"] == "runs":
         scope = " This is a claim about the configurations: runs are the unit resampled."
     else:
-        scope = (" The claim is about these two runs, not about their configurations: each arm has one run, and "
-                 "seeds (several runs per arm, the registry's `arm` column) would make it one.")
+        scope = (
+            " The claim is about these two runs, not about their configurations: each arm has one run, and "
+            "seeds (several runs per arm, the registry's `arm` column) would make it one."
+        )
     if contrast["resolved"]:
         return f" The interval excludes zero: the lead is resolved at {level}." + scope
     return f" The interval includes zero: the lead is not resolved at {level}." + scope
 
 
-def headline(ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.DataFrame,
-             settings: ReportSettings) -> str:
+def headline(
+    ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.DataFrame, settings: ReportSettings
+) -> str:
     """One paragraph: the winner at the matched horizon, its margin over the runner-up, interval and probability."""
     labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
 
@@ -129,22 +148,32 @@ def headline(ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.D
         return "No run of this ablation has a matched reward yet (no loaded epochs at or before the horizon)."
     best = scored.row(0, named=True)
     if order.height == 1:
-        return (f"Only one run, {name(best['run_id'])}: matched reward {num(best['matched_reward'])} at {at}; "
-                "there is nothing to compare it with.")
+        return (
+            f"Only one run, {name(best['run_id'])}: matched reward {num(best['matched_reward'])} at {at}; "
+            "there is nothing to compare it with."
+        )
     if scored.height == 1:
-        return (f"{name(best['run_id'])} is the only run with a matched reward ({num(best['matched_reward'])} at {at}); "
-                "the others have no loaded epochs at or before the horizon.")
+        return (
+            f"{name(best['run_id'])} is the only run with a matched reward ({num(best['matched_reward'])} at {at}); "
+            "the others have no loaded epochs at or before the horizon."
+        )
     second = scored.row(1, named=True)
-    text = (f"Winner at the compute-matched horizon ({at}): {name(best['run_id'])}, matched reward "
-            f"{num(best['matched_reward'])} against {num(second['matched_reward'])} for the runner-up "
-            f"{name(second['run_id'])}")
+    text = (
+        f"Winner at the compute-matched horizon ({at}): {name(best['run_id'])}, matched reward "
+        f"{num(best['matched_reward'])} against {num(second['matched_reward'])} for the runner-up "
+        f"{name(second['run_id'])}"
+    )
     contrast = oriented_contrast(contrasts, best["run_id"], second["run_id"])
     if contrast is None:
-        return text + f", a difference of {num(best['matched_reward'] - second['matched_reward'], signed=True)} " \
-                      "(no contrast row, so no interval)."
-    text += (f": difference {num(contrast['delta'], signed=True)}, {interval_name(contrast, level)} "
-             f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
-             f"{num(contrast['prob_improvement'])}.")
+        return (
+            text + f", a difference of {num(best['matched_reward'] - second['matched_reward'], signed=True)} "
+            "(no contrast row, so no interval)."
+        )
+    text += (
+        f": difference {num(contrast['delta'], signed=True)}, {interval_name(contrast, level)} "
+        f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
+        f"{num(contrast['prob_improvement'])}."
+    )
     return text + verdict(contrast, level)
 
 
@@ -161,29 +190,55 @@ def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
         return "The arms with seeds have no matched rewards to compare yet."
     best, second = order[0], order[1]
     level = f"{settings.ci_level:.0%}"
-    text = (f"Best configuration at the compute-matched horizon: arm **{best}** ({iqms[best][1]} runs), IQM of its "
-            f"runs' matched rewards {num(iqms[best][0])}, against {num(iqms[second][0])} for arm **{second}** "
-            f"({iqms[second][1]} runs)")
+    text = (
+        f"Best configuration at the compute-matched horizon: arm **{best}** ({iqms[best][1]} runs), IQM of its "
+        f"runs' matched rewards {num(iqms[best][0])}, against {num(iqms[second][0])} for arm **{second}** "
+        f"({iqms[second][1]} runs)"
+    )
     contrast = oriented_contrast(by_runs, best, second)
     if contrast is None:
         return text + "."
-    text += (f": difference {num(contrast['delta'], signed=True)}, {interval_name(contrast, level)} "
-             f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
-             f"{num(contrast['prob_improvement'])}.")
+    text += (
+        f": difference {num(contrast['delta'], signed=True)}, {interval_name(contrast, level)} "
+        f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
+        f"{num(contrast['prob_improvement'])}."
+    )
     return text + verdict(contrast, level)
 
 
 def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: ReportSettings) -> str:
     labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
-    header = ["run", "label", "epochs", "missing", "final reward", "AUC reward", "peak EMA", "peak epoch",
-              "matched horizon", "matched reward", f"{settings.ci_level:.0%} interval", "IQM", "effective n"]
+    header = [
+        "run",
+        "label",
+        "epochs",
+        "missing",
+        "final reward",
+        "AUC reward",
+        "peak EMA",
+        "peak epoch",
+        "matched horizon",
+        "matched reward",
+        f"{settings.ci_level:.0%} interval",
+        "IQM",
+        "effective n",
+    ]
     rows = [
-        [f"`{r['run_id']}`", labels.get(r["run_id"]) or MISSING,
-         f"{integer(r['n_epochs'])} ({integer(r['first_epoch'])}–{integer(r['last_epoch'])})",
-         integer(r["missing_epochs"]), num(r["final_reward"]), num(r["auc_reward"]), num(r["peak_reward_ema"]),
-         integer(r["peak_epoch"]), integer(r["matched_horizon"]), num(r["matched_reward"]),
-         interval(r["matched_ci_low"], r["matched_ci_high"]), num(r["matched_iqm"]),
-         one_decimal(r["matched_effective_n"])]
+        [
+            f"`{r['run_id']}`",
+            labels.get(r["run_id"]) or MISSING,
+            f"{integer(r['n_epochs'])} ({integer(r['first_epoch'])}–{integer(r['last_epoch'])})",
+            integer(r["missing_epochs"]),
+            num(r["final_reward"]),
+            num(r["auc_reward"]),
+            num(r["peak_reward_ema"]),
+            integer(r["peak_epoch"]),
+            integer(r["matched_horizon"]),
+            num(r["matched_reward"]),
+            interval(r["matched_ci_low"], r["matched_ci_high"]),
+            num(r["matched_iqm"]),
+            one_decimal(r["matched_effective_n"]),
+        ]
         for r in ranked(summary).iter_rows(named=True)
     ]
     return table(header, rows)
@@ -194,8 +249,16 @@ def one_decimal(value) -> str:
 
 
 def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
-    header = ["run A", "run B", "Δ matched reward (B − A)", f"{settings.ci_level:.0%} interval", "resolved",
-              "unit", "P(B > A)", "ahead"]
+    header = [
+        "run A",
+        "run B",
+        "Δ matched reward (B − A)",
+        f"{settings.ci_level:.0%} interval",
+        "resolved",
+        "unit",
+        "P(B > A)",
+        "ahead",
+    ]
 
     def ahead(row: dict) -> str:
         if not _finite(row["delta"]) or row["delta"] == 0:
@@ -203,9 +266,16 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
         return f"`{row['run_b'] if row['delta'] > 0 else row['run_a']}`"
 
     rows = [
-        [f"`{r['run_a']}`", f"`{r['run_b']}`", num(r["delta"], signed=True), interval(r["ci_low"], r["ci_high"]),
-         "yes" if r["resolved"] and r["ci_method"] != "iid" else "no", r["unit"], num(r["prob_improvement"]),
-         ahead(r)]
+        [
+            f"`{r['run_a']}`",
+            f"`{r['run_b']}`",
+            num(r["delta"], signed=True),
+            interval(r["ci_low"], r["ci_high"]),
+            "yes" if r["resolved"] and r["ci_method"] != "iid" else "no",
+            r["unit"],
+            num(r["prob_improvement"]),
+            ahead(r),
+        ]
         for r in contrasts.sort("run_a", "run_b").iter_rows(named=True)
     ]
     return table(header, rows)
@@ -213,12 +283,18 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
 
 def snapshots_table(summary: pl.DataFrame, snapshots: pl.DataFrame) -> str:
     order = {run: i for i, run in enumerate(ranked(summary)["run_id"])}
-    chosen = snapshots.filter(pl.col("role").is_in(SNAPSHOT_ROLES)).with_columns(
-        _run=pl.col("run_id").replace_strict(order, default=len(order), return_dtype=pl.Int64),
-        _role=pl.col("role").replace_strict({r: i for i, r in enumerate(SNAPSHOT_ROLES)}, return_dtype=pl.Int64),
-    ).sort("_run", "run_id", "_role")
-    rows = [[f"`{r['run_id']}`", r["role"], integer(r["epoch"]), f"`{r['model_name']}`" if r["model_name"] else MISSING]
-            for r in chosen.iter_rows(named=True)]
+    chosen = (
+        snapshots.filter(pl.col("role").is_in(SNAPSHOT_ROLES))
+        .with_columns(
+            _run=pl.col("run_id").replace_strict(order, default=len(order), return_dtype=pl.Int64),
+            _role=pl.col("role").replace_strict({r: i for i, r in enumerate(SNAPSHOT_ROLES)}, return_dtype=pl.Int64),
+        )
+        .sort("_run", "run_id", "_role")
+    )
+    rows = [
+        [f"`{r['run_id']}`", r["role"], integer(r["epoch"]), f"`{r['model_name']}`" if r["model_name"] else MISSING]
+        for r in chosen.iter_rows(named=True)
+    ]
     return table(["run", "role", "epoch", "model name"], rows)
 
 
@@ -278,43 +354,63 @@ def ablation_section(
     summary = summary.filter(pl.col("run_id").is_in(ids))
     # a row of arms with seeds names the arms, not runs
     contrasts = _of_ablation(contrasts, "ablation", ablation).filter(
-        (pl.col("run_a").is_in(ids) & pl.col("run_b").is_in(ids)) | (pl.col("unit") == "runs"))
+        (pl.col("run_a").is_in(ids) & pl.col("run_b").is_in(ids)) | (pl.col("unit") == "runs")
+    )
     snapshots = snapshots.filter(pl.col("run_id").is_in(ids))
     name = ablation or "unassigned"
     with_seeds = contrasts.height and contrasts["unit"].eq("runs").any()
     lead = arm_headline(contrasts, settings) if with_seeds else headline(members, summary, contrasts, settings)
     arms = members["arm"].unique().to_list() if "arm" in members.columns else ids
     if len(ids) > 1 and len(arms) == 1:
-        lead = (f"All {len(ids)} runs are seeds of one configuration (arm **{arms[0]}**): there is no other "
-                "configuration to compare it with; the table shows how much its seeds differ.")
+        lead = (
+            f"All {len(ids)} runs are seeds of one configuration (arm **{arms[0]}**): there is no other "
+            "configuration to compare it with; the table shows how much its seeds differ."
+        )
     lines = ["", f"## Ablation `{name}`", "", lead]
     if full:
         stem, folder = file_stem(ablation), settings.figures_folder
-        lines += ["", f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)", "",
-                  f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
-                  "per-epoch mean reward; points: per-epoch means; band: the EMA ± the trailing spread of per-epoch "
-                  "means (descriptive: it treats neighbouring epochs as independent, so it is no test); diamonds: "
-                  f"matched rewards, with bars for their {settings.ci_level:.0%} intervals; dotted line: the horizon."]
+        lines += [
+            "",
+            f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)",
+            "",
+            f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
+            "per-epoch mean reward; points: per-epoch means; band: the EMA ± the trailing spread of per-epoch "
+            "means (descriptive: it treats neighbouring epochs as independent, so it is no test); diamonds: "
+            f"matched rewards, with bars for their {settings.ci_level:.0%} intervals; dotted line: the horizon.",
+        ]
     lines += [
-        "", "### Runs", "",
+        "",
+        "### Runs",
+        "",
         f"Best matched reward first. *Final reward*: mean over the last {settings.final_window} loaded epochs; "
         "*AUC reward*: mean over all loaded epochs; *peak EMA*: the highest smoothed reward and the first epoch "
         f"reaching it. The matched reward's *{settings.ci_level:.0%} interval* allows for autocorrelated epochs; "
         "*IQM*: the interquartile mean of its window; *effective n*: how many independent epochs the window is "
         "worth.",
-        "", runs_table(members, summary, settings),
+        "",
+        runs_table(members, summary, settings),
     ]
     if contrasts.height:
-        lines += ["", "### Pairwise contrasts of the matched reward", "",
-                  "As in `ablation_contrasts`: one row per pair with run A < run B by id, so a negative Δ means "
-                  "run A is ahead. *Resolved*: the interval excludes zero. Unit *epochs of one run*: the claim is "
-                  "about these two runs, not their configurations (seeds would make it one); unit *runs*: run A "
-                  "and run B are arms of several seeds, compared by the IQM of their runs.", "",
-                  contrasts_table(contrasts, settings)]
+        lines += [
+            "",
+            "### Pairwise contrasts of the matched reward",
+            "",
+            "As in `ablation_contrasts`: one row per pair with run A < run B by id, so a negative Δ means "
+            "run A is ahead. *Resolved*: the interval excludes zero. Unit *epochs of one run*: the claim is "
+            "about these two runs, not their configurations (seeds would make it one); unit *runs*: run A "
+            "and run B are arms of several seeds, compared by the IQM of their runs.",
+            "",
+            contrasts_table(contrasts, settings),
+        ]
     if full and snapshots.height:
-        lines += ["", "### Snapshots", "",
-                  "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",
-                  "", snapshots_table(summary, snapshots)]
+        lines += [
+            "",
+            "### Snapshots",
+            "",
+            "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",
+            "",
+            snapshots_table(summary, snapshots),
+        ]
     return lines
 
 
@@ -332,10 +428,13 @@ def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.D
 
 def method_sentence(ci_method: str) -> str:
     if ci_method == "iid":
-        return ("`iid`: the window's epochs resampled as if independent, which per-epoch rewards are not, so no "
-                "lead is called resolved; arms of several seeds resample runs")
-    return (f"`{ci_method}`, which allows for the autocorrelation of per-epoch rewards; arms of several seeds "
-            "resample runs")
+        return (
+            "`iid`: the window's epochs resampled as if independent, which per-epoch rewards are not, so no "
+            "lead is called resolved; arms of several seeds resample runs"
+        )
+    return (
+        f"`{ci_method}`, which allows for the autocorrelation of per-epoch rewards; arms of several seeds resample runs"
+    )
 
 
 def render_report(

@@ -68,8 +68,9 @@ def kept_entry(folder: Path, name: str, fingerprint: str | None) -> dict | None:
     return entry if _still_there(folder, entry.get("files", {})) else None
 
 
-def record(folder: Path, name: str, fingerprint: str | None, files: list[str], data_version: str,
-           metadata: dict) -> None:
+def record(
+    folder: Path, name: str, fingerprint: str | None, files: list[str], data_version: str, metadata: dict
+) -> None:
     """Records what an export was written from; call it after its files are in place."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -121,8 +121,9 @@ def may_hold_lone_surrogate(data: bytes) -> bool:
 
 
 # Every digit made a 0, every byte that continues a number into a float ('.', 'e', 'E') a '.', any other a space.
-_NUMERALS_ONLY = bytes(ord("0") if chr(b) in "0123456789" else ord(".") if chr(b) in ".eE" else ord(" ")
-                       for b in range(256))
+_NUMERALS_ONLY = bytes(
+    ord("0") if chr(b) in "0123456789" else ord(".") if chr(b) in ".eE" else ord(" ") for b in range(256)
+)
 _LONG_INTEGER_START = b" " + b"0" * 19
 
 
@@ -225,8 +226,9 @@ def nesting_depth(value: Any) -> int:
     depth, level = 0, [value]
     while containers := [item for item in level if type(item) in (dict, list)]:
         depth += 1
-        level = [item for container in containers
-                 for item in (container.values() if type(container) is dict else container)]
+        level = [
+            item for container in containers for item in (container.values() if type(container) is dict else container)
+        ]
     return depth
 
 
@@ -307,8 +309,11 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
             parsed.scalar_extras[key] = value
         elif isinstance(value, list) and len(value) == n and n > 0:
             if not set(map(type, value)) <= SCALAR_TYPES and nesting_depth(value) > MAX_PER_TRAJECTORY_DEPTH:
-                raise DecodeError("invalid_json", f"`{key}` is nested more than {MAX_PER_TRAJECTORY_DEPTH} levels "
-                                                  "deep, too deeply to store per trajectory")
+                raise DecodeError(
+                    "invalid_json",
+                    f"`{key}` is nested more than {MAX_PER_TRAJECTORY_DEPTH} levels "
+                    "deep, too deeply to store per trajectory",
+                )
             parsed.array_extras[key] = value
         else:
             try:

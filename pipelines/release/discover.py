@@ -17,18 +17,25 @@ EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
 EPOCH_COMPANION_NAME = re.compile(r"^epoch_\d{1,9}_(?!results)[^.]+(\.[A-Za-z0-9]+)+$")
 # An epoch folder's document, by name, in the order tried: the first present is loaded, and any other of these
 # names beside it is a duplicate_epoch. "{n}" is the folder's own digits (epoch_007/epoch_007_results.json).
-EPOCH_DIR_DOCUMENTS = (("epoch_{n}_results.json", "folder_epoch_results"), ("results.json", "folder"),
-                       ("metrics.json", "folder_metrics"))
+EPOCH_DIR_DOCUMENTS = (
+    ("epoch_{n}_results.json", "folder_epoch_results"),
+    ("results.json", "folder"),
+    ("metrics.json", "folder_metrics"),
+)
 # With none of those names in an epoch folder, each of its *.json files is a candidate, loaded when it proves to be
 # an epoch document (pipelines.lake decides, from its content); its other files are inventoried only.
 OTHER_JSON_LAYOUT = "folder_other_json"
 # Every layout (an EpochFile's layout, fact_epochs.source_layout), in the order an epoch folder's names are tried.
 LAYOUTS = ("file", *(layout for _, layout in EPOCH_DIR_DOCUMENTS), OTHER_JSON_LAYOUT)
-EXPECTED_PLACEMENTS = ("<run>/epoch_NNN_results.json",
-                       *(f"<run>/epoch_NNN/{name.format(n='NNN')}" for name, _ in EPOCH_DIR_DOCUMENTS),
-                       "<run>/epoch_NNN/<any name>.json")
-DOCUMENT_ORDER = ("names tried in order: epoch_NNN_results.json, results.json, metrics.json, then any other "
-                  "*.json holding an epoch document")
+EXPECTED_PLACEMENTS = (
+    "<run>/epoch_NNN_results.json",
+    *(f"<run>/epoch_NNN/{name.format(n='NNN')}" for name, _ in EPOCH_DIR_DOCUMENTS),
+    "<run>/epoch_NNN/<any name>.json",
+)
+DOCUMENT_ORDER = (
+    "names tried in order: epoch_NNN_results.json, results.json, metrics.json, then any other "
+    "*.json holding an epoch document"
+)
 # Bumped when the listing recognises other files: a quiet run's stamps from another version are not trusted.
 LISTING_VERSION = 2
 
@@ -170,8 +177,16 @@ def list_run_folders(release_root: Path) -> tuple[list[RunFolder], list[SkippedE
             if entry.name.startswith("."):
                 skipped.append(SkippedEntry(None, shown(rel), "hidden entry", False))
             elif shown(entry.name) != entry.name:
-                skipped.append(SkippedEntry(None, shown(rel), "a run folder whose name is not UTF-8 text, which a run "
-                                            "id must be; not loaded (renamed, it is)", True, "bad_name"))
+                skipped.append(
+                    SkippedEntry(
+                        None,
+                        shown(rel),
+                        "a run folder whose name is not UTF-8 text, which a run "
+                        "id must be; not loaded (renamed, it is)",
+                        True,
+                        "bad_name",
+                    )
+                )
             elif entry.is_symlink() and (problem := _link_problem(path, release_root)):
                 skipped.append(SkippedEntry(None, shown(rel), problem, True, "outside_link"))
             elif entry.is_dir():
@@ -194,10 +209,12 @@ def list_run(run: RunFolder) -> RunListing:
     skipped: list[SkippedEntry] = []
     prefix = _relative(run.path, root)  # source paths are this plus "/name", as Path.relative_to would give
 
-    def skip(source_path: str, reason: str, error_kind: str | None = None, severity: str = "error",
-             epoch: int | None = None) -> None:
-        skipped.append(SkippedEntry(run_id, shown(source_path), reason, error_kind is not None, error_kind, severity,
-                                    epoch))
+    def skip(
+        source_path: str, reason: str, error_kind: str | None = None, severity: str = "error", epoch: int | None = None
+    ) -> None:
+        skipped.append(
+            SkippedEntry(run_id, shown(source_path), reason, error_kind is not None, error_kind, severity, epoch)
+        )
 
     listed_at_ns = time.time_ns()
     folders: dict[str, FolderStamp] | None = None
@@ -220,8 +237,20 @@ def list_run(run: RunFolder) -> RunListing:
         except OSError as exc:
             skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
             return
-        epoch_files.append(EpochFile(run_id, entry.path, source_path, epoch, layout, st.st_size, st.st_mtime_ns,
-                                     st.st_dev, st.st_ino, st.st_ctime_ns))
+        epoch_files.append(
+            EpochFile(
+                run_id,
+                entry.path,
+                source_path,
+                epoch,
+                layout,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_dev,
+                st.st_ino,
+                st.st_ctime_ns,
+            )
+        )
         changed_at_ns = max(changed_at_ns, st.st_ctime_ns)
 
     def list_epoch_folder(inner_entries: list[os.DirEntry], folder_path: str, digits: str) -> None:
@@ -250,9 +279,13 @@ def list_run(run: RunFolder) -> RunListing:
             (_, layout), chosen = documents[0]
             add_epoch(chosen, f"{folder_path}/{chosen.name}", epoch, layout)
             for _, second in documents[1:]:
-                skip(f"{folder_path}/{second.name}",
-                     f"a second document for epoch {epoch}: {folder_path}/{chosen.name} is loaded ({DOCUMENT_ORDER})",
-                     "duplicate_epoch", "warning", epoch)
+                skip(
+                    f"{folder_path}/{second.name}",
+                    f"a second document for epoch {epoch}: {folder_path}/{chosen.name} is loaded ({DOCUMENT_ORDER})",
+                    "duplicate_epoch",
+                    "warning",
+                    epoch,
+                )
             beside = f"beside {chosen.name} in an epoch folder; inventoried, not parsed"
             others += candidates
         else:
@@ -262,8 +295,12 @@ def list_run(run: RunFolder) -> RunListing:
             if not candidates and not refused:
                 seen = ", ".join(inner.name for inner in inner_entries[:5]) or "nothing"
                 more = f" and {len(inner_entries) - 5} more" if len(inner_entries) > 5 else ""
-                skip(folder_path, f"epoch folder without an epoch document ({DOCUMENT_ORDER}); it holds {seen}{more}",
-                     "missing_document", epoch=epoch)
+                skip(
+                    folder_path,
+                    f"epoch folder without an epoch document ({DOCUMENT_ORDER}); it holds {seen}{more}",
+                    "missing_document",
+                    epoch=epoch,
+                )
         for other in sorted(others, key=_name):
             skip(f"{folder_path}/{other.name}", beside, epoch=epoch)
 
@@ -303,8 +340,11 @@ def list_run(run: RunFolder) -> RunListing:
             list_epoch_folder(inner_entries, source_path, match.group(1))
         elif name.startswith("epoch_") and not EPOCH_COMPANION_NAME.match(name):
             # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
-            skip(source_path, "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
-                 "stray_file")
+            skip(
+                source_path,
+                "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
+                "stray_file",
+            )
         else:
             skip(source_path, "not an epoch file")
     return RunListing(run, epoch_files, skipped, folders, listed_at_ns, changed_at_ns)
@@ -324,14 +364,17 @@ def release_problem(root: Path) -> str | None:
         return f"release folder {shown(str(root))} is not a folder"
     try:
         with os.scandir(root) as entries:
-            run_like = any(EPOCH_FILE_NAME.match(e.name) or EPOCH_DIR_NAME.match(e.name) and e.is_dir()
-                           for e in entries)
+            run_like = any(
+                EPOCH_FILE_NAME.match(e.name) or EPOCH_DIR_NAME.match(e.name) and e.is_dir() for e in entries
+            )
     except OSError as exc:
         return f"release folder {shown(str(root))} cannot be read: {exc.strerror or exc}"
     if run_like:
         parent = root.absolute().parent
-        return (f"release folder {shown(str(root))} holds epoch documents itself: it is a run folder; give the folder "
-                f"that holds the run folders instead (--release {shown(str(parent))})")
+        return (
+            f"release folder {shown(str(root))} holds epoch documents itself: it is a run folder; give the folder "
+            f"that holds the run folders instead (--release {shown(str(parent))})"
+        )
     return None
 
 
@@ -340,8 +383,10 @@ def _holds(folder: Path, inner: Path) -> bool:
     return inner == folder or folder in inner.parents
 
 
-def find_run_folders(release_roots: list[Path], warehouse: Path | None = None,
-                     ) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:
+def find_run_folders(
+    release_roots: list[Path],
+    warehouse: Path | None = None,
+) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:
     """Every run folder of the releases keyed by run id, the roots' other entries, and problems found.
 
     A run id is unique across releases: a second folder with the same name is reported and not loaded. A folder
@@ -359,10 +404,14 @@ def find_run_folders(release_roots: list[Path], warehouse: Path | None = None,
         if real_warehouse is not None:
             inside = [run for run in found if _holds(Path(os.path.realpath(run.path)), real_warehouse)]
             found = [run for run in found if run not in inside]
-            skipped += [SkippedEntry(None, shown(run.run_id), "the warehouse folder, or a folder holding it; not a run",
-                                     False) for run in inside]
-        entries.extend(SkippedEntry(None, f"{shown(Path(root).name)}/{s.source_path}", s.reason, s.is_problem,
-                                    s.error_kind) for s in skipped)
+            skipped += [
+                SkippedEntry(None, shown(run.run_id), "the warehouse folder, or a folder holding it; not a run", False)
+                for run in inside
+            ]
+        entries.extend(
+            SkippedEntry(None, f"{shown(Path(root).name)}/{s.source_path}", s.reason, s.is_problem, s.error_kind)
+            for s in skipped
+        )
         for run in found:
             if run.run_id in runs:
                 problems.append(

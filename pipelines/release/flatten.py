@@ -15,8 +15,17 @@ import orjson
 import polars as pl
 
 from pipelines.release.decode import (
-    DOCUMENTED_KEYS, DOCUMENTED_SCALARS, MAX_PER_TRAJECTORY_DEPTH, NUMBER_TYPES, SCALAR_TYPES, EpochDoc,
-    keys_outside_lists, may_hold_an_integer_beyond_64_bits, may_hold_lone_surrogate, nested_json_text, nesting_depth,
+    DOCUMENTED_KEYS,
+    DOCUMENTED_SCALARS,
+    MAX_PER_TRAJECTORY_DEPTH,
+    NUMBER_TYPES,
+    SCALAR_TYPES,
+    EpochDoc,
+    keys_outside_lists,
+    may_hold_an_integer_beyond_64_bits,
+    may_hold_lone_surrogate,
+    nested_json_text,
+    nesting_depth,
 )
 from pipelines.release.discover import EpochFile
 
@@ -64,7 +73,7 @@ def extra_column_name(key: str, reserved: dict) -> str:
     """
     base = key.lower()
     while base.startswith("extra_"):
-        base = base[len("extra_"):]
+        base = base[len("extra_") :]
     return f"extra_{key}" if base in reserved or base == "group_index" else key
 
 
@@ -112,8 +121,11 @@ def nested_series(name: str, values: Sequence) -> pl.Series | None:
 def _same_value(given, stored) -> bool:
     """Whether a stored nested value is the one given: the same keys in the same order, the same types, NaN for NaN."""
     if type(given) is dict:
-        return type(stored) is dict and list(given) == list(stored) and all(
-            _same_value(value, stored[key]) for key, value in given.items())
+        return (
+            type(stored) is dict
+            and list(given) == list(stored)
+            and all(_same_value(value, stored[key]) for key, value in given.items())
+        )
     if type(given) is list:
         return type(stored) is list and len(given) == len(stored) and all(map(_same_value, given, stored))
     if type(given) is float and given != given:
@@ -151,9 +163,7 @@ def drift_notes(kinds: ColumnKinds) -> list[str]:
     ]
 
 
-def combine(
-    parts: Sequence[tuple[pl.DataFrame, ColumnKinds]], schema: dict
-) -> tuple[pl.DataFrame, ColumnKinds]:
+def combine(parts: Sequence[tuple[pl.DataFrame, ColumnKinds]], schema: dict) -> tuple[pl.DataFrame, ColumnKinds]:
     """Stacks frames of one table (a run's stored rows and its newly flattened ones) without a silent cast.
 
     An extra column stored one way in one part and another way in another (Int64 beside String, say) is typed
@@ -236,7 +246,7 @@ class _Shape:
     lists: Callable[[dict], tuple]  # trajectory_ids, rewards, advantages and the per-trajectory extras
     list_columns: tuple[str, ...]  # the column each of those lists extends (the extras' columns)
     short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
-    typed: "_TypedShape | None"  # the same shape as a typed decoder of a document's bytes, when one can be made
+    typed: _TypedShape | None  # the same shape as a typed decoder of a document's bytes, when one can be made
 
 
 @dataclass(frozen=True)
@@ -260,9 +270,14 @@ class _TypedShape:
 
 _INT64_FIELD = Annotated[int, msgspec.Meta(ge=_INT64[0], le=_INT64[1])]
 _FIELD_TYPES = {bool: bool, int: _INT64_FIELD, float: float, str: str, type(None): type(None)}
-_DOCUMENTED_FIELDS = {"epoch": int, "snapshot_id": Union[str, None], "trajectory_ids": list[str],
-                      "rewards": list[Union[float, None]], "advantages": list[Union[float, None]],
-                      **{key: Union[float, None] for key in DOCUMENTED_SCALARS}}
+_DOCUMENTED_FIELDS = {
+    "epoch": int,
+    "snapshot_id": Union[str, None],
+    "trajectory_ids": list[str],
+    "rewards": list[float | None],
+    "advantages": list[float | None],
+    **{key: Union[float, None] for key in DOCUMENTED_SCALARS},
+}
 
 
 def _field_type(types: set[type]):
@@ -273,8 +288,9 @@ def _field_type(types: set[type]):
     return Union[tuple(_FIELD_TYPES[t] for t in types)]
 
 
-def _typed_shape(doc: dict, row_keys: list[str], list_keys: list[str], nested: list[str],
-                 short: list[str]) -> _TypedShape | None:
+def _typed_shape(
+    doc: dict, row_keys: list[str], list_keys: list[str], nested: list[str], short: list[str]
+) -> _TypedShape | None:
     """The typed decoder of a shape (see _TypedShape), or None when a value of the document has no field type."""
     fields: list[tuple[str, Any]] = []
     for i, (key, value) in enumerate(doc.items()):
@@ -292,17 +308,26 @@ def _typed_shape(doc: dict, row_keys: list[str], list_keys: list[str], nested: l
         fields.append((f"f{i}", kind))
     position = {key: i for i, key in enumerate(doc)}
     try:
-        struct = msgspec.defstruct("EpochDocument", fields, rename={f"f{i}": key for i, key in enumerate(doc)},
-                                   forbid_unknown_fields=True, gc=False)
+        struct = msgspec.defstruct(
+            "EpochDocument",
+            fields,
+            rename={f"f{i}": key for i, key in enumerate(doc)},
+            forbid_unknown_fields=True,
+            gc=False,
+        )
         decoder = msgspec.json.Decoder(struct)
     except (TypeError, ValueError):  # a key or a mix of types msgspec cannot declare
         return None
     row_index = [position[key] for key in row_keys]
     n_plain = len(row_keys) - len(nested)
     return _TypedShape(
-        decoder, itemgetter(position["epoch"]), itemgetter(*row_index), itemgetter(*(position[k] for k in list_keys)),
+        decoder,
+        itemgetter(position["epoch"]),
+        itemgetter(*row_index),
+        itemgetter(*(position[k] for k in list_keys)),
         tuple((n_plain + j, type(doc[key])) for j, key in enumerate(nested)),
-        tuple(n_plain + nested.index(key) for key in short), len(doc),
+        tuple(n_plain + nested.index(key) for key in short),
+        len(doc),
     )
 
 
@@ -431,9 +456,17 @@ class RunColumns:
         # Nested extras after the scalar ones, as add() makes their columns.
         row_keys += nested
         row_columns += [("extra", extra_column_name(key, EPOCH_COLUMNS)) for key in nested]
-        return _Shape(tuple(doc), tuple(map(type, doc.values())), itemgetter(*row_keys), tuple(row_columns),
-                      len(nested), itemgetter(*list_keys), tuple(list_columns), tuple(short),
-                      _typed_shape(doc, row_keys, list_keys, nested, short))
+        return _Shape(
+            tuple(doc),
+            tuple(map(type, doc.values())),
+            itemgetter(*row_keys),
+            tuple(row_columns),
+            len(nested),
+            itemgetter(*list_keys),
+            tuple(list_columns),
+            tuple(short),
+            _typed_shape(doc, row_keys, list_keys, nested, short),
+        )
 
     def add_parsed(self, file: EpochFile, doc) -> bool:
         """Adds the parsed JSON of one document if it has the run's shape, or can give the run its shape; False
@@ -474,8 +507,13 @@ class RunColumns:
         scalars = _as_floats(list(row[1:end]))
         if rewards is None or advantages is None or scalars is None:
             return False
-        return self._take(file, doc["epoch"], (row[0], *scalars, *row[end:]), (ids, rewards, advantages, *extras),
-                          [doc[key] for key in shape.short_lists])
+        return self._take(
+            file,
+            doc["epoch"],
+            (row[0], *scalars, *row[end:]),
+            (ids, rewards, advantages, *extras),
+            [doc[key] for key in shape.short_lists],
+        )
 
     def add_bytes(self, file: EpochFile, data: bytes) -> bool:
         """Adds a document straight from its bytes when the run's typed decoder takes it; False (nothing added) if
@@ -518,14 +556,18 @@ class RunColumns:
             return False
         if shape.n_nested:
             try:
-                nested = [JsonText(nested_json_text(value)) for value in row[-shape.n_nested:]]
+                nested = [JsonText(nested_json_text(value)) for value in row[-shape.n_nested :]]
             except (RecursionError, ValueError):  # nested too deeply to encode: decode_parsed says why
                 return False
-            row = (*row[:-shape.n_nested], *nested)
+            row = (*row[: -shape.n_nested], *nested)
         if not self._lists:  # made now, not with the shape: columns appear in the order documents bring them
             extras = [self._array_column(name) for name in shape.list_columns]
-            self._lists = (self.traj_cols["trajectory_id"], self.traj_cols["reward"], self.traj_cols["advantage"],
-                           *extras)
+            self._lists = (
+                self.traj_cols["trajectory_id"],
+                self.traj_cols["reward"],
+                self.traj_cols["advantage"],
+                *extras,
+            )
         self._file(file, n)
         self._rows.append(row)
         for column, values in zip(self._lists, lists):
@@ -540,8 +582,12 @@ class RunColumns:
         kinds: dict[str, ColumnKinds] = {"epochs": {}, "trajectories": {}}
 
         def frame(table: str, base: dict[str, list | pl.Series], schema: dict, extras: dict[str, list]):
-            columns = [base[name].alias(name) if isinstance(base[name], pl.Series)
-                       else pl.Series(name, base[name], dtype=dtype, strict=False) for name, dtype in schema.items()]
+            columns = [
+                base[name].alias(name)
+                if isinstance(base[name], pl.Series)
+                else pl.Series(name, base[name], dtype=dtype, strict=False)
+                for name, dtype in schema.items()
+            ]
             for name, values in extras.items():
                 series, types = typed_series(name, values)
                 columns.append(series)

@@ -60,7 +60,8 @@ def read_registry(path: Path) -> pl.DataFrame:
     unknown = [c for c in frame.columns if c not in REGISTRY_COLUMNS]
     if unknown:
         raise RegistryError(
-            f"{path}: unknown registry column(s) {', '.join(unknown)}; known: {', '.join(REGISTRY_COLUMNS)}")
+            f"{path}: unknown registry column(s) {', '.join(unknown)}; known: {', '.join(REGISTRY_COLUMNS)}"
+        )
     # Line numbers as a person counts them in the file: the header is line 1.
     frame = frame.with_row_index("line", offset=2)
     typed = frame.select("line", *(_typed(column) for column in frame.columns if column != "line"))
@@ -75,26 +76,34 @@ def _typed(column: str) -> pl.Expr:
 
 def _check_rows(path: Path, frame: pl.DataFrame, typed: pl.DataFrame) -> None:
     """Raises RegistryError at the first line with a problem."""
+
     def refuse(rows: pl.DataFrame, problem: str) -> None:
         if rows.height:
             row = rows.row(0, named=True)
             raise RegistryError(f"{path}, line {row['line']}: {problem.format(**row)}")
 
     refuse(typed.filter(pl.col("run_id").is_null()), "no run_id")
-    refuse(typed.filter(~pl.col("run_id").is_first_distinct()),
-           "run {run_id!r} is listed twice (this is its second line)")
+    refuse(
+        typed.filter(~pl.col("run_id").is_first_distinct()), "run {run_id!r} is listed twice (this is its second line)"
+    )
     for column in [c for c in typed.columns if c != "line" and RUN_COLUMNS[c] == pl.Int64]:
         written = frame[column].str.strip_chars().replace("", None)
-        refuse(frame.filter(written.is_not_null() & typed[column].is_null()),
-               f"`{column}` of run {{run_id!r}} is not a whole number: {{{column}!r}}")
+        refuse(
+            frame.filter(written.is_not_null() & typed[column].is_null()),
+            f"`{column}` of run {{run_id!r}} is not a whole number: {{{column}!r}}",
+        )
     if "group_size" in typed.columns:
-        refuse(typed.filter(pl.col("group_size") < 1),
-               "`group_size` of run {run_id!r} must be 1 or more, not {group_size}")
+        refuse(
+            typed.filter(pl.col("group_size") < 1), "`group_size` of run {run_id!r} must be 1 or more, not {group_size}"
+        )
     if "fp_per_group" in typed.columns:
         size = pl.col("group_size") if "group_size" in typed.columns else pl.lit(None)
-        refuse(typed.with_columns(size.fill_null(DEFAULT_GROUP_SIZE).alias("size")).filter(
-            (pl.col("fp_per_group") < 0) | (pl.col("fp_per_group") > pl.col("size"))),
-            "`fp_per_group` of run {run_id!r} must be from 0 to its group size, {size}, not {fp_per_group}")
+        refuse(
+            typed.with_columns(size.fill_null(DEFAULT_GROUP_SIZE).alias("size")).filter(
+                (pl.col("fp_per_group") < 0) | (pl.col("fp_per_group") > pl.col("size"))
+            ),
+            "`fp_per_group` of run {run_id!r} must be from 0 to its group size, {size}, not {fp_per_group}",
+        )
 
 
 def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -> pl.DataFrame:
@@ -121,9 +130,13 @@ def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -
             .with_columns(pl.coalesce(f"{c}__override", c).alias(c) for c in overrides)
             .drop(f"{c}__override" for c in overrides)
         )
-    return dim.with_columns(
-        pl.col("group_size").fill_null(DEFAULT_GROUP_SIZE),
-        pl.col("ablation").fill_null(pl.col("release")),
-        pl.col("label").fill_null(pl.col("run_id")),
-        pl.col("arm").fill_null(pl.col("run_id")),
-    ).select(list(RUN_COLUMNS)).sort("run_id")
+    return (
+        dim.with_columns(
+            pl.col("group_size").fill_null(DEFAULT_GROUP_SIZE),
+            pl.col("ablation").fill_null(pl.col("release")),
+            pl.col("label").fill_null(pl.col("run_id")),
+            pl.col("arm").fill_null(pl.col("run_id")),
+        )
+        .select(list(RUN_COLUMNS))
+        .sort("run_id")
+    )

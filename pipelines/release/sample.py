@@ -120,17 +120,70 @@ class RunSpec:
 
 
 RUN_SPECS: tuple[RunSpec, ...] = (
-    RunSpec("mt3_2f_grpo_mt_v3_2fp", MULTI_TARGET_RELEASE, "intragroup_pairwise", 2, 480, False,
-            0.30, 2.0, 140.0, 0.9, 1.0, 160.0, 1e-5),
+    RunSpec(
+        "mt3_2f_grpo_mt_v3_2fp",
+        MULTI_TARGET_RELEASE,
+        "intragroup_pairwise",
+        2,
+        480,
+        False,
+        0.30,
+        2.0,
+        140.0,
+        0.9,
+        1.0,
+        160.0,
+        1e-5,
+    ),
     # More FP controls per group: calibration is learned better, quirk finding more slowly.
-    RunSpec("mt3_4f_grpo_mt_v3_4fp", MULTI_TARGET_RELEASE, "intragroup_pairwise", 4, 473, False,
-            0.30, 1.4, 240.0, 0.9, 1.5, 120.0, 1e-5),
-    RunSpec("mt3p1f_grpo_mt_v3_pw_1fp", MULTI_TARGET_RELEASE, "iterative_pairwise", 1, 438, False,
-            0.0, 4.0, 380.0, 0.0, 2.0, 380.0, 1e-5),
-    RunSpec("mt3p4f_grpo_mt_v3_pw_4fp", MULTI_TARGET_RELEASE, "iterative_pairwise", 4, 439, False,
-            0.0, 3.2, 420.0, 0.0, 3.0, 260.0, 1e-5),
-    RunSpec("binary_v1_grpo_binary_v1_bs64", BINARY_RELEASE, "binary", 2, 490, True,
-            0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 2e-5),
+    RunSpec(
+        "mt3_4f_grpo_mt_v3_4fp",
+        MULTI_TARGET_RELEASE,
+        "intragroup_pairwise",
+        4,
+        473,
+        False,
+        0.30,
+        1.4,
+        240.0,
+        0.9,
+        1.5,
+        120.0,
+        1e-5,
+    ),
+    RunSpec(
+        "mt3p1f_grpo_mt_v3_pw_1fp",
+        MULTI_TARGET_RELEASE,
+        "iterative_pairwise",
+        1,
+        438,
+        False,
+        0.0,
+        4.0,
+        380.0,
+        0.0,
+        2.0,
+        380.0,
+        1e-5,
+    ),
+    RunSpec(
+        "mt3p4f_grpo_mt_v3_pw_4fp",
+        MULTI_TARGET_RELEASE,
+        "iterative_pairwise",
+        4,
+        439,
+        False,
+        0.0,
+        3.2,
+        420.0,
+        0.0,
+        3.0,
+        260.0,
+        1e-5,
+    ),
+    RunSpec(
+        "binary_v1_grpo_binary_v1_bs64", BINARY_RELEASE, "binary", 2, 490, True, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 2e-5
+    ),
 )
 
 RELEASE_READMES = {
@@ -161,6 +214,7 @@ LAYOUT_PATHS = {
     OTHER_JSON_LAYOUT: "epoch_{n}/summary.json",
 }
 
+
 def release_name(base_release: str, replicate: int) -> str:
     """Release folder name of a replicate; replicate 0 is the base release."""
     return base_release if replicate == 0 else f"{base_release}_s{replicate:03d}"
@@ -178,7 +232,10 @@ def sample_release_dirs(out: Path, scale: int = 1) -> list[Path]:
 
 
 def write_sample(
-    out: Path, seed: int = 0, scale: int = 1, progress: Callable[[str], None] | None = None,
+    out: Path,
+    seed: int = 0,
+    scale: int = 1,
+    progress: Callable[[str], None] | None = None,
     layout: str | None = None,
 ) -> list[Path]:
     """Writes the sample releases under out/<release>/<run_id>/... and returns the release folders.
@@ -308,8 +365,9 @@ def _write_run_job(job: tuple[str, int, RunSpec, int, str | None]) -> str:
     return f"wrote {release_name(spec.release, replicate)}/{run_id} ({len(documents)} epochs)"
 
 
-def write_epoch_in_layout(run_dir: str | Path, layout: str, document: dict, config: bytes,
-                          mtime_ns: int | None = None) -> None:
+def write_epoch_in_layout(
+    run_dir: str | Path, layout: str, document: dict, config: bytes, mtime_ns: int | None = None
+) -> None:
     """One epoch's document placed as the layout places it, with the transcript-like files a release ships beside
     it: the given config.json and a transcripts.jsonl in an epoch folder; a transcripts/ file in the flat layout."""
     epoch = f"{document['epoch']:03d}"
@@ -328,10 +386,19 @@ def write_epoch_in_layout(run_dir: str | Path, layout: str, document: dict, conf
 
 def _transcripts(document: dict) -> bytes:
     """A stand-in for an epoch's rollout transcripts: one JSON line per trajectory, with its reward."""
-    lines = [json.dumps({"trajectory_id": trajectory_id, "reward": reward,
-                         "messages": [{"role": "user", "content": "Audit the target model."},
-                                      {"role": "assistant", "content": "Findings: ..."}]})
-             for trajectory_id, reward in zip(document["trajectory_ids"], document["rewards"])]
+    lines = [
+        json.dumps(
+            {
+                "trajectory_id": trajectory_id,
+                "reward": reward,
+                "messages": [
+                    {"role": "user", "content": "Audit the target model."},
+                    {"role": "assistant", "content": "Findings: ..."},
+                ],
+            }
+        )
+        for trajectory_id, reward in zip(document["trajectory_ids"], document["rewards"])
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -363,11 +430,15 @@ def build_run_documents(spec: RunSpec, rng: np.random.Generator) -> list[dict]:
     extra_scalars: dict[str, list] = {}
     extra_arrays: dict[str, list] = {}
     if spec.reward_family == "intragroup_pairwise":
-        rewards, judge_scores, pairwise_wins = _intragroup_pairwise_rewards(spec, rng, epochs, target_index, is_fp_control)
+        rewards, judge_scores, pairwise_wins = _intragroup_pairwise_rewards(
+            spec, rng, epochs, target_index, is_fp_control
+        )
         extra_scalars["n_pairwise_comparisons"] = [NUM_GROUPS * GROUP_SIZE * (GROUP_SIZE - 1) // 2] * n_epochs
         extra_arrays["pairwise_wins"] = pairwise_wins.reshape(n_epochs, -1).tolist()
     elif spec.reward_family == "iterative_pairwise":
-        rewards, judge_scores, baseline_epochs = _iterative_pairwise_rewards(spec, rng, epochs, target_index, is_fp_control)
+        rewards, judge_scores, baseline_epochs = _iterative_pairwise_rewards(
+            spec, rng, epochs, target_index, is_fp_control
+        )
     else:
         rewards, judge_scores = _binary_rewards(rng, epochs, target_index)
 
@@ -536,7 +607,9 @@ def _binary_rewards(rng: np.random.Generator, epochs: np.ndarray, target_index: 
     logit = np.log(success_rate / (1.0 - success_rate))
     # A binary group shares one scenario whose difficulty dominates: many all-0/all-1 groups.
     group_effect = rng.normal(0.0, 1.4, (len(epochs), NUM_GROUPS, 1))
-    quality = logit[:, None, None] + group_effect + TARGET_DIFFICULTY[target_index] + rng.normal(0.0, 0.6, target_index.shape)
+    quality = (
+        logit[:, None, None] + group_effect + TARGET_DIFFICULTY[target_index] + rng.normal(0.0, 0.6, target_index.shape)
+    )
     judge_scores = np.clip(np.round((7.0 + 1.5 * quality) * 2.0) / 2.0, 0.0, 10.0)
     rewards = (judge_scores >= 7.0).astype(float)
 
@@ -583,7 +656,9 @@ def _ulid_ids(rng: np.random.Generator, n_epochs: int) -> tuple[list[str], list[
     epoch_ms = rng.integers(18 * 60_000, 32 * 60_000, n_epochs)
     epoch_end_ms = run_start_ms + np.cumsum(epoch_ms)
     epoch_start_ms = epoch_end_ms - epoch_ms
-    rollout_ms = epoch_start_ms[:, None] + (rng.random((n_epochs, TRAJECTORIES_PER_EPOCH)) * epoch_ms[:, None] * 0.8).astype(np.int64)
+    rollout_ms = epoch_start_ms[:, None] + (
+        rng.random((n_epochs, TRAJECTORIES_PER_EPOCH)) * epoch_ms[:, None] * 0.8
+    ).astype(np.int64)
 
     snapshot_codes = _crockford_ulids(epoch_end_ms, rng.integers(0, 32, (n_epochs, 16)))
     trajectory_codes = _crockford_ulids(rollout_ms, rng.integers(0, 32, (n_epochs, TRAJECTORIES_PER_EPOCH, 16)))

@@ -41,14 +41,14 @@ def autocovariances(residuals: np.ndarray, lags: int) -> np.ndarray:
     """γ_k = Σ x_t x_{t+k} / T for k = 0..lags, per row, around each row's mean."""
     centred = residuals - residuals.mean(axis=1, keepdims=True)
     size = centred.shape[1]
-    return np.stack([(centred[:, k:] * centred[:, :size - k]).sum(axis=1) / size for k in range(lags + 1)], axis=1)
+    return np.stack([(centred[:, k:] * centred[:, : size - k]).sum(axis=1) / size for k in range(lags + 1)], axis=1)
 
 
 def window_variance(drift: np.ndarray, phi: np.ndarray, noise: np.ndarray, n) -> np.ndarray:
     """Variance of the mean of n consecutive values of an AR(1) of variance `drift` and coefficient phi, plus white
     noise of variance `noise`."""
     n = np.asarray(n, dtype=float)
-    ratio = (1 + phi) / (1 - phi) - 2 * phi * (1 - phi ** n) / (n * (1 - phi) ** 2)
+    ratio = (1 + phi) / (1 - phi) - 2 * phi * (1 - phi**n) / (n * (1 - phi) ** 2)
     return drift / n * ratio + noise / n
 
 
@@ -87,8 +87,9 @@ def t_quantile(p: float, df) -> np.ndarray:
     large = (((((0.4 * x * x + 6.3) * x * x + 36) * x * x + 94.5) / c - x * x - 3) / b + 1) * x
     large = a * large * large
     large = np.where(large > 0.002, np.expm1(large), 0.5 * large * large + large)
-    small = ((1 / (((df + 6) / (df * y) - 0.089 * d - 0.822) * (df + 2) * 3) + 0.5 / (df + 4)) * y - 1) \
-        * (df + 1) / (df + 2) + 1 / y
+    small = ((1 / (((df + 6) / (df * y) - 0.089 * d - 0.822) * (df + 2) * 3) + 0.5 / (df + 4)) * y - 1) * (df + 1) / (
+        df + 2
+    ) + 1 / y
     return np.sqrt(df * np.where(y > 0.05 + a, large, small))
 
 
@@ -96,7 +97,7 @@ def welch_df(variance_a, df_a, variance_b, df_b) -> np.ndarray:
     """Welch–Satterthwaite degrees of freedom of a difference of two estimates."""
     total = variance_a + variance_b
     with np.errstate(divide="ignore"):  # infinite df (a normal quantile) gives 0 terms
-        return total ** 2 / (variance_a ** 2 / df_a + variance_b ** 2 / df_b)
+        return total**2 / (variance_a**2 / df_a + variance_b**2 / df_b)
 
 
 def run_df(fit_effective_n) -> np.ndarray:

@@ -29,10 +29,17 @@ NOISE_SD = 0.03
 LEVEL = 0.95
 
 
-def simulate(rng: np.random.Generator, pairs: int, epochs: int, phi: float, trend: bool,
-             drift_sd: float = DRIFT_SD, noise_sd: float = NOISE_SD) -> np.ndarray:
+def simulate(
+    rng: np.random.Generator,
+    pairs: int,
+    epochs: int,
+    phi: float,
+    trend: bool,
+    drift_sd: float = DRIFT_SD,
+    noise_sd: float = NOISE_SD,
+) -> np.ndarray:
     """pairs × epochs per-epoch mean rewards of independent runs with no difference between them."""
-    innovations = rng.standard_normal((pairs, epochs)) * drift_sd * math.sqrt(1 - phi ** 2)
+    innovations = rng.standard_normal((pairs, epochs)) * drift_sd * math.sqrt(1 - phi**2)
     drift = np.empty((pairs, epochs))
     drift[:, 0] = rng.standard_normal(pairs) * drift_sd
     for t in range(1, epochs):
@@ -52,7 +59,7 @@ def bartlett_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.n
     size = values.shape[1]
     gamma1 = intervals.autocovariances(values, 1)
     rho = np.clip(gamma1[:, 1] / gamma1[:, 0], -0.99, 0.99)
-    bandwidth = 1.1447 * (4 * rho ** 2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * size) ** (1 / 3)
+    bandwidth = 1.1447 * (4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * size) ** (1 / 3)
     lags = int(min(size - 1, bandwidth.max()))
     gamma = intervals.autocovariances(values, lags)
     weights = np.clip(1 - np.arange(1, lags + 1)[None, :] / (bandwidth[:, None] + 1), 0, None)
@@ -70,8 +77,12 @@ def ar1_normal_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np
     return ar1_variance(values, window)[0], np.full(len(values), np.inf)
 
 
-METHODS = {"iid": iid_variance, "whole-run Bartlett": bartlett_variance, "ar1": ar1_variance,
-           "ar1, normal quantile": ar1_normal_variance}
+METHODS = {
+    "iid": iid_variance,
+    "whole-run Bartlett": bartlett_variance,
+    "ar1": ar1_variance,
+    "ar1, normal quantile": ar1_normal_variance,
+}
 
 
 def excludes_zero(method, run_a: np.ndarray, run_b: np.ndarray, window: int) -> np.ndarray:
@@ -80,14 +91,15 @@ def excludes_zero(method, run_a: np.ndarray, run_b: np.ndarray, window: int) -> 
     delta = run_b[:, -window:].mean(axis=1) - run_a[:, -window:].mean(axis=1)
     df = intervals.welch_df(variance_a, df_a, variance_b, df_b)
     finite = np.isfinite(df)
-    quantile = np.where(finite, intervals.t_quantile((1 - LEVEL) / 2, np.where(finite, df, 1e9)),
-                        NormalDist().inv_cdf(0.5 + LEVEL / 2))
+    quantile = np.where(
+        finite, intervals.t_quantile((1 - LEVEL) / 2, np.where(finite, df, 1e9)), NormalDist().inv_cdf(0.5 + LEVEL / 2)
+    )
     return np.abs(delta) > quantile * np.sqrt(variance_a + variance_b)
 
 
 def oracle_power(phi: float, window: int, difference: float, drift_sd: float, noise_sd: float) -> float:
     """Power of a z test that knows the true variance: the ceiling for any method."""
-    variance = intervals.window_variance(drift_sd ** 2, phi, noise_sd ** 2, window)
+    variance = intervals.window_variance(drift_sd**2, phi, noise_sd**2, window)
     z = NormalDist().inv_cdf(0.5 + LEVEL / 2)
     shift = difference / math.sqrt(2 * variance)
     return NormalDist().cdf(shift - z) + NormalDist().cdf(-shift - z)
@@ -104,8 +116,9 @@ def study(pairs: int, epochs: int, seed: int, drift_sd: float = DRIFT_SD, noise_
                 for name, method in METHODS.items():
                     row[name] = excludes_zero(method, run_a, run_b, window).mean()
                     if phi == POWER_PHI:
-                        row[name, "power"] = [excludes_zero(method, run_a, run_b + d, window).mean()
-                                              for d in DIFFERENCES]
+                        row[name, "power"] = [
+                            excludes_zero(method, run_a, run_b + d, window).mean() for d in DIFFERENCES
+                        ]
                 if phi == POWER_PHI:
                     row["oracle", "power"] = [oracle_power(phi, window, d, drift_sd, noise_sd) for d in DIFFERENCES]
                 rows.append(row)
@@ -117,18 +130,43 @@ def markdown(rows: list[dict]) -> str:
     header = ["trend", "window", "φ", *[f"{name}: null excl. 0" for name in names]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        lines.append("| " + " | ".join([
-            "learning" if row["trend"] else "flat", str(row["window"]), f"{row['phi']:g}",
-            *[f"{row[name]:.0%}" for name in names]]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    "learning" if row["trend"] else "flat",
+                    str(row["window"]),
+                    f"{row['phi']:g}",
+                    *[f"{row[name]:.0%}" for name in names],
+                ]
+            )
+            + " |"
+        )
     powered = [row for row in rows if row["phi"] == POWER_PHI]
-    header = ["trend", "window", *[f"{name}: power {', '.join(f'{d:g}' for d in DIFFERENCES)}"
-                                   for name in [*names, "oracle"]]]
-    lines += ["", f"Power at φ = {POWER_PHI} (share of pairs with a true difference whose interval excludes zero):", "",
-              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    header = [
+        "trend",
+        "window",
+        *[f"{name}: power {', '.join(f'{d:g}' for d in DIFFERENCES)}" for name in [*names, "oracle"]],
+    ]
+    lines += [
+        "",
+        f"Power at φ = {POWER_PHI} (share of pairs with a true difference whose interval excludes zero):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for row in powered:
-        lines.append("| " + " | ".join([
-            "learning" if row["trend"] else "flat", str(row["window"]),
-            *["/".join(f"{p:.0%}" for p in row[name, "power"]) for name in [*names, "oracle"]]]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    "learning" if row["trend"] else "flat",
+                    str(row["window"]),
+                    *["/".join(f"{p:.0%}" for p in row[name, "power"]) for name in [*names, "oracle"]],
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -140,8 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drift-sd", type=float, default=DRIFT_SD, help="standard deviation of the AR(1) drift")
     parser.add_argument("--noise-sd", type=float, default=NOISE_SD, help="standard deviation of the sampling noise")
     args = parser.parse_args(argv)
-    print(f"{args.pairs} pairs per cell, {args.epochs} epochs per run, seed {args.seed}, drift sd {args.drift_sd:g}, "
-          f"noise sd {args.noise_sd:g}, nominal level {LEVEL:.0%}.\n")
+    print(
+        f"{args.pairs} pairs per cell, {args.epochs} epochs per run, seed {args.seed}, drift sd {args.drift_sd:g}, "
+        f"noise sd {args.noise_sd:g}, nominal level {LEVEL:.0%}.\n"
+    )
     print(markdown(study(args.pairs, args.epochs, args.seed, args.drift_sd, args.noise_sd)))
 
 

@@ -42,8 +42,9 @@ def _concat(*parts: dict) -> pl.DataFrame:
 
 
 # r_long: 10 epochs, r_mid: 6, r_short: only 2 (the ablation's horizon is its last epoch, 1), solo: 4.
-EPOCHS = _concat(_epochs("r_long", 10, 0.1), _epochs("r_mid", 6, 0.2), _epochs("r_short", 2, 0.3),
-                 _epochs("solo", 4, 0.0))
+EPOCHS = _concat(
+    _epochs("r_long", 10, 0.1), _epochs("r_mid", 6, 0.2), _epochs("r_short", 2, 0.3), _epochs("solo", 4, 0.0)
+)
 
 SUMMARY = pl.DataFrame(
     {

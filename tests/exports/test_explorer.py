@@ -30,11 +30,27 @@ SETTINGS = ExplorerSettings(ema_weight=0.8, snapshot_model_prefix="model-")
 def explorer_tables(tables: dict[str, pl.DataFrame], breakdowns: pl.DataFrame | None = None) -> ExplorerTables:
     epochs = tables["epochs"].with_columns(snapshot_id=pl.format("s_{}_{}", "run_id", "epoch"))
     if breakdowns is None:
-        breakdowns = pl.DataFrame({"run_id": ["r_mid"], "window_start": [0], "window_end": [49],
-                                   "breakdown": ["is_fp_control"], "level": ["true"], "n_epochs": [6],
-                                   "n_trajectories": [12], "mean_reward": [0.25], "reward_std": [0.1]})
-    return ExplorerTables(runs=tables["runs"], epochs=epochs, summary=tables["summary"],
-                          contrasts=tables["contrasts"], snapshots=tables["snapshots"], breakdowns=breakdowns)
+        breakdowns = pl.DataFrame(
+            {
+                "run_id": ["r_mid"],
+                "window_start": [0],
+                "window_end": [49],
+                "breakdown": ["is_fp_control"],
+                "level": ["true"],
+                "n_epochs": [6],
+                "n_trajectories": [12],
+                "mean_reward": [0.25],
+                "reward_std": [0.1],
+            }
+        )
+    return ExplorerTables(
+        runs=tables["runs"],
+        epochs=epochs,
+        summary=tables["summary"],
+        contrasts=tables["contrasts"],
+        snapshots=tables["snapshots"],
+        breakdowns=breakdowns,
+    )
 
 
 class Elements(HTMLParser):
@@ -70,16 +86,23 @@ def parsed(page: bytes) -> Elements:
 def page_data(page: bytes) -> dict:
     elements = parsed(page)
     scripts = [attrs for tag, attrs in elements.tags if tag == "script"]
-    data = [text for attrs, text in zip(scripts, elements.scripts, strict=True)
-            if attrs.get("type") == "application/json"]
+    data = [
+        text for attrs, text in zip(scripts, elements.scripts, strict=True) if attrs.get("type") == "application/json"
+    ]
     assert len(data) == 1
     return json.loads(data[0])
 
 
 def test_an_ablation_carries_its_own_runs_epochs_in_order_and_no_nan(tables):
-    epochs = tables["epochs"].with_columns(
-        mean_reward=pl.when((pl.col("run_id") == "r_mid") & (pl.col("epoch") == 2)).then(math.nan)
-        .otherwise(pl.col("mean_reward"))).sample(fraction=1.0, shuffle=True, seed=3)
+    epochs = (
+        tables["epochs"]
+        .with_columns(
+            mean_reward=pl.when((pl.col("run_id") == "r_mid") & (pl.col("epoch") == 2))
+            .then(math.nan)
+            .otherwise(pl.col("mean_reward"))
+        )
+        .sample(fraction=1.0, shuffle=True, seed=3)
+    )
     payload = ablation_payload("abl", explorer_tables({**tables, "epochs": epochs}))
     assert [r["run_id"] for r in payload["runs"]] == ["r_long", "r_mid", "r_short"]
     assert [r["label"] for r in payload["runs"]] == ["Long run", "Mid run", "r_short"]  # a missing label: the id
@@ -92,7 +115,10 @@ def test_an_ablation_carries_its_own_runs_epochs_in_order_and_no_nan(tables):
     assert mid["snapshot_id"][4] == "s_r_mid_4"
     assert payload["runs"][0]["matched_reward"] == 0.7004 and payload["runs"][0]["matched_horizon"] == 1
     assert [(c["run_a"], c["run_b"]) for c in payload["contrasts"]] == [
-        ("r_long", "r_mid"), ("r_long", "r_short"), ("r_mid", "r_short")]
+        ("r_long", "r_mid"),
+        ("r_long", "r_short"),
+        ("r_mid", "r_short"),
+    ]
     assert payload["contrasts"][2]["ci_high"] is None
     assert {s["run_id"] for s in payload["snapshots"]} == {"r_long", "r_mid", "r_short"}
     assert [b["level"] for b in payload["breakdowns"]] == ["true"]
@@ -104,17 +130,24 @@ def test_interval_columns_are_carried_when_the_warehouse_has_them(tables):
     assert (payload["runs"][1]["matched_ci_low"], payload["runs"][1]["matched_ci_high"]) == (0.41, 0.59)
     assert payload["runs"][2]["matched_ci_low"] is None  # no interval: null, and the column still said
     assert {k: payload["contrasts"][2][k] for k in ("ci_method", "unit", "resolved")} == {
-        "ci_method": "ar1", "unit": "epochs of one run", "resolved": False}
-    older = {**tables, "summary": tables["summary"].drop("matched_ci_low", "matched_ci_high"),
-             "contrasts": tables["contrasts"].drop("ci_method", "unit", "resolved")}
+        "ci_method": "ar1",
+        "unit": "epochs of one run",
+        "resolved": False,
+    }
+    older = {
+        **tables,
+        "summary": tables["summary"].drop("matched_ci_low", "matched_ci_high"),
+        "contrasts": tables["contrasts"].drop("ci_method", "unit", "resolved"),
+    }
     plain = ablation_payload("abl", explorer_tables(older))
     assert "matched_ci_low" not in plain["runs"][0] and "resolved" not in plain["contrasts"][0]
 
 
 def test_a_page_fetches_nothing_and_its_data_cannot_close_its_script(tables):
     hostile = "</script><img src=x onerror=alert(1)><!--"
-    runs = tables["runs"].with_columns(label=pl.when(pl.col("run_id") == "r_mid").then(pl.lit(hostile))
-                                       .otherwise(pl.col("label")))
+    runs = tables["runs"].with_columns(
+        label=pl.when(pl.col("run_id") == "r_mid").then(pl.lit(hostile)).otherwise(pl.col("label"))
+    )
     pages = explorer_pages(explorer_tables({**tables, "runs": runs}), SETTINGS)
     assert list(pages) == ["index.html"]
     elements = parsed(pages["index.html"])
@@ -153,7 +186,8 @@ def many_ablations(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     names = {"r_long": "a b", "r_mid": "a_b", "r_short": "third", "solo": "fourth"}
     extra = tables["runs"].filter(pl.col("run_id") == "solo").with_columns(run_id=pl.lit("fifth_run"))
     runs = pl.concat([tables["runs"], extra]).with_columns(
-        ablation=pl.col("run_id").replace_strict({**names, "fifth_run": "fifth"}))
+        ablation=pl.col("run_id").replace_strict({**names, "fifth_run": "fifth"})
+    )
     return {**tables, "runs": runs}
 
 
@@ -181,9 +215,13 @@ def materialize(warehouse) -> dg.ExecuteInProcessResult:
 def explorer_build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     built = build_tables(tables)
     explorer = explorer_tables(tables)
-    return {**built, "fact_epochs": built["fact_epochs"].join(
-        explorer.epochs.select("run_id", "epoch", "snapshot_id"), on=["run_id", "epoch"]),
-        "reward_breakdowns": explorer.breakdowns}
+    return {
+        **built,
+        "fact_epochs": built["fact_epochs"].join(
+            explorer.epochs.select("run_id", "epoch", "snapshot_id"), on=["run_id", "epoch"]
+        ),
+        "reward_breakdowns": explorer.breakdowns,
+    }
 
 
 def test_the_asset_writes_only_changed_pages_and_removes_stale_ones(tmp_path, tables):

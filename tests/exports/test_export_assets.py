@@ -3,6 +3,7 @@
 import dagster as dg
 import polars as pl
 import pytest
+from export_tables import tables  # noqa: F401  (the fixture)
 from polars.testing import assert_frame_equal
 
 from pipelines.definitions import defs
@@ -10,7 +11,6 @@ from pipelines.defs.exports import assets as export_assets
 from pipelines.defs.exports.assets import ablation_figures, report, table_exports
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.warehouse_db import open_build_db
-from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def write_build_db(warehouse, tables: dict[str, pl.DataFrame]) -> None:
@@ -34,13 +34,17 @@ def build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
 
 
 def materialize(warehouse) -> dg.ExecuteInProcessResult:
-    return dg.materialize([ablation_figures, table_exports, report],
-                          resources={"warehouse": WarehouseConfig(warehouse_dir=str(warehouse))})
+    return dg.materialize(
+        [ablation_figures, table_exports, report],
+        resources={"warehouse": WarehouseConfig(warehouse_dir=str(warehouse))},
+    )
 
 
 def rewritten(result: dg.ExecuteInProcessResult) -> dict[str, object]:
-    return {e.asset_key.to_user_string(): e.materialization.metadata["grpo/rewritten"].value
-            for e in result.get_asset_materialization_events()}
+    return {
+        e.asset_key.to_user_string(): e.materialization.metadata["grpo/rewritten"].value
+        for e in result.get_asset_materialization_events()
+    }
 
 
 def test_exports_land_and_an_unchanged_rebuild_rewrites_nothing(tmp_path, tables):
@@ -50,8 +54,11 @@ def test_exports_land_and_an_unchanged_rebuild_rewrites_nothing(tmp_path, tables
     exports = tmp_path / "exports"
     assert sorted(p.name for p in (exports / "figures").iterdir()) == ["abl.png", "abl.svg", "other.png", "other.svg"]
     for name in ("run_summary", "ablation_contrasts", "snapshots", "epoch_metrics"):
-        assert_frame_equal(pl.read_parquet(exports / f"{name}.parquet"),
-                           build_tables(tables)[name].sort(pl.all()), check_row_order=False)
+        assert_frame_equal(
+            pl.read_parquet(exports / f"{name}.parquet"),
+            build_tables(tables)[name].sort(pl.all()),
+            check_row_order=False,
+        )
     text = (exports / "report.md").read_text()
     assert "(figures/abl.png)" in text and "claude-haiku-4-5-20251001-s_l1" in text
 
@@ -59,16 +66,21 @@ def test_exports_land_and_an_unchanged_rebuild_rewrites_nothing(tmp_path, tables
     second = materialize(tmp_path)
     assert rewritten(second) == {"ablation_figures": 0, "table_exports": 0, "report": False}
     assert {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()} == stamps
-    versions = [{e.asset_key: e.materialization.tags.get("dagster/data_version")
-                 for e in r.get_asset_materialization_events()} for r in (first, second)]
+    versions = [
+        {e.asset_key: e.materialization.tags.get("dagster/data_version") for e in r.get_asset_materialization_events()}
+        for r in (first, second)
+    ]
     assert versions[0] == versions[1]
 
 
 def test_a_changed_table_rewrites_its_exports_and_drops_stale_figures(tmp_path, tables):
     write_build_db(tmp_path, build_tables(tables))
     materialize(tmp_path)
-    changed = {**tables, "runs": tables["runs"].filter(pl.col("run_id") != "solo"),
-               "summary": tables["summary"].with_columns(pl.col("matched_reward") + 0.01)}
+    changed = {
+        **tables,
+        "runs": tables["runs"].filter(pl.col("run_id") != "solo"),
+        "summary": tables["summary"].with_columns(pl.col("matched_reward") + 0.01),
+    }
     write_build_db(tmp_path, build_tables(changed))
     result = materialize(tmp_path)
     assert rewritten(result)["report"] is True
@@ -78,8 +90,10 @@ def test_a_changed_table_rewrites_its_exports_and_drops_stale_figures(tmp_path, 
 
 def test_export_assets_sit_downstream_of_the_models_they_read():
     graph = defs().resolve_asset_graph()
-    parents = {key: {p.to_user_string() for p in graph.get(dg.AssetKey(key)).parent_keys}
-               for key in ("ablation_figures", "table_exports", "report")}
+    parents = {
+        key: {p.to_user_string() for p in graph.get(dg.AssetKey(key)).parent_keys}
+        for key in ("ablation_figures", "table_exports", "report")
+    }
     assert parents["ablation_figures"] >= {"epoch_metrics", "run_summary", "dim_runs", "fact_epochs"}
     assert parents["table_exports"] == {"run_summary", "ablation_contrasts", "snapshots", "epoch_metrics"}
     assert parents["report"] >= {"run_summary", "ablation_contrasts", "snapshots", "dim_runs", "ablation_figures"}
@@ -103,11 +117,13 @@ def renders(monkeypatch):
         def wrapper(*args, **kwargs):
             counts[name] += count(*args)
             return function(*args, **kwargs)
+
         return wrapper
 
     # draw_figures(jobs, workers): one figure per job, drawn in worker processes
-    monkeypatch.setattr(export_assets, "draw_figures",
-                        counting("figures", export_assets.draw_figures, lambda jobs, *_: len(jobs)))
+    monkeypatch.setattr(
+        export_assets, "draw_figures", counting("figures", export_assets.draw_figures, lambda jobs, *_: len(jobs))
+    )
     monkeypatch.setattr(export_assets, "table_files", counting("tables", export_assets.table_files))
     monkeypatch.setattr(export_assets, "render_report", counting("report", export_assets.render_report))
     return counts
@@ -127,15 +143,18 @@ def test_exports_whose_input_fingerprints_are_unchanged_are_not_rendered_again(t
     assert renders == {"figures": 2, "tables": 4, "report": 1}  # nothing rendered again
     assert {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()} == stamps
     assert rewritten(second) == {"ablation_figures": 0, "table_exports": 0, "report": False}
-    events = [{e.asset_key.to_user_string(): e.materialization for e in r.get_asset_materialization_events()}
-              for r in (first, second)]
+    events = [
+        {e.asset_key.to_user_string(): e.materialization for e in r.get_asset_materialization_events()}
+        for r in (first, second)
+    ]
     for key, materialization in events[1].items():
         assert materialization.tags["dagster/data_version"] == events[0][key].tags["dagster/data_version"]
         assert materialization.metadata["grpo/unchanged"].value is True
     # The preview's images are not stored again; the kept materialization points to the one that drew them.
     assert events[0]["ablation_figures"].metadata["preview"].value.count("data:image/jpeg;base64,") == 2
     assert events[1]["ablation_figures"].metadata["preview"].value == (
-        f"Figures unchanged since run `{first.run_id[:8]}`, whose materialization shows them.")
+        f"Figures unchanged since run `{first.run_id[:8]}`, whose materialization shows them."
+    )
     assert events[1]["table_exports"].metadata["rows/run_summary"].value == 4
 
     # a file the user deleted is written again, by its export only, and of the figures only its ablation's
@@ -160,9 +179,15 @@ def test_a_changed_run_redraws_its_own_ablation_only(tmp_path, tables, renders):
     assert renders["figures"] == 2
 
     # One epoch of `solo`, the one run of ablation `other`, changes: epoch_metrics is rebuilt.
-    changed = {**tables, "epochs": tables["epochs"].with_columns(
-        pl.when((pl.col("run_id") == "solo") & (pl.col("epoch") == 1)).then(pl.col("mean_reward") + 0.5)
-        .otherwise(pl.col("mean_reward")).alias("mean_reward"))}
+    changed = {
+        **tables,
+        "epochs": tables["epochs"].with_columns(
+            pl.when((pl.col("run_id") == "solo") & (pl.col("epoch") == 1))
+            .then(pl.col("mean_reward") + 0.5)
+            .otherwise(pl.col("mean_reward"))
+            .alias("mean_reward")
+        ),
+    }
     write_build_db(tmp_path, build_tables(changed))
     record_fingerprints(tmp_path, {**{name: f"fp-{name}" for name in built}, "epoch_metrics": "fp-epoch_metrics-2"})
     result = materialize(tmp_path)
@@ -170,8 +195,11 @@ def test_a_changed_run_redraws_its_own_ablation_only(tmp_path, tables, renders):
     after = {p.name: p.read_bytes() for p in figures.iterdir()}
     assert after["abl.png"] == before["abl.png"] and after["abl.svg"] == before["abl.svg"]
     assert after["other.png"] != before["other.png"]
-    (materialization,) = [e.materialization for e in result.get_asset_materialization_events()
-                          if e.asset_key.to_user_string() == "ablation_figures"]
+    (materialization,) = [
+        e.materialization
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "ablation_figures"
+    ]
     assert materialization.metadata["grpo/rewritten"].value == 2  # other.png and other.svg
 
     # The figure is the one a fresh build draws.
@@ -186,8 +214,9 @@ def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders
     write_build_db(tmp_path, built)
     record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})
     materialize(tmp_path)
-    dg.materialize([ablation_figures], resources={"warehouse": WarehouseConfig(warehouse_dir=str(tmp_path),
-                                                                               ema_weight=0.5)})
+    dg.materialize(
+        [ablation_figures], resources={"warehouse": WarehouseConfig(warehouse_dir=str(tmp_path), ema_weight=0.5)}
+    )
     assert renders["figures"] == 4
 
 

@@ -4,10 +4,10 @@ import io
 import math
 
 import polars as pl
+from export_tables import tables  # noqa: F401  (the fixture)
 from polars.testing import assert_frame_equal
 
 from pipelines.exports.files import table_files, write_if_changed
-from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def test_write_if_changed_skips_identical_bytes(tmp_path):
@@ -35,8 +35,9 @@ def test_tables_round_trip_through_csv_and_parquet(tmp_path, tables):
         assert_frame_equal(pl.read_parquet(tmp_path / f"{name}.parquet"), frame)
         assert_frame_equal(pl.read_csv(tmp_path / f"{name}.csv", schema=frame.schema), frame)
         # The same frame again gives the same bytes, so nothing is rewritten.
-        assert not any(write_if_changed(tmp_path / f"{name}.{ext}", content)
-                       for ext, content in table_files(frame.clone()).items())
+        assert not any(
+            write_if_changed(tmp_path / f"{name}.{ext}", content) for ext, content in table_files(frame.clone()).items()
+        )
 
 
 def test_table_bytes_are_stable_and_csv_has_the_columns(tables):

@@ -4,6 +4,7 @@ import math
 
 import polars as pl
 import pytest
+from export_tables import tables  # noqa: F401  (the fixture)
 from matplotlib.collections import PolyCollection
 
 from pipelines.exports.figure import (
@@ -20,7 +21,6 @@ from pipelines.exports.figure import (
     render,
     with_bands,
 )
-from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def by_gid(ax, prefix: str) -> dict[str, object]:
@@ -107,8 +107,9 @@ def test_renders_are_byte_stable_and_the_paper_name_is_added(tables):
     assert files[PAPER_FIGURE_NAMES["multi_target"]] == files["multi_target.png"]
 
 
-@pytest.mark.parametrize("name, stem", [("multi_target", "multi_target"), ("a/b c", "a_b_c"), (None, "unassigned"),
-                                        ("..", "unassigned")])
+@pytest.mark.parametrize(
+    "name, stem", [("multi_target", "multi_target"), ("a/b c", "a_b_c"), (None, "unassigned"), ("..", "unassigned")]
+)
 def test_file_stems_are_safe(name, stem):
     assert file_stem(name) == stem
 
@@ -119,29 +120,44 @@ def test_band_is_the_ema_noise_of_the_trailing_spread(level, z):
     # Second computation, from the debiased EMA's weights: after n values the weight of value k is
     # (1 − w)·w^(n−k) / (1 − wⁿ); the EMA's noise factor is the root of the sum of squared weights.
     w, values = 0.9, [0.0, 1.0, 3.0, 2.0]
-    frame = pl.DataFrame({"run_id": ["r"] * 4, "epoch": [0, 1, 2, 3], "mean_reward": values, "reward_ema": [0.5] * 4,
-                          "frac_zero_std_groups": [0.0] * 4, "sample_entropy": [1.0] * 4, "train_entropy": [1.0] * 4})
+    frame = pl.DataFrame(
+        {
+            "run_id": ["r"] * 4,
+            "epoch": [0, 1, 2, 3],
+            "mean_reward": values,
+            "reward_ema": [0.5] * 4,
+            "frac_zero_std_groups": [0.0] * 4,
+            "sample_entropy": [1.0] * 4,
+            "train_entropy": [1.0] * 4,
+        }
+    )
     half = with_bands(frame, Smoothing(ema_weight=w, window=3, band_level=level))["band_half_width"].to_list()
     assert half[0] is None  # one value has no spread
     for row in (1, 2, 3):
         n = row + 1
-        weights = [(1 - w) * w ** (n - k) / (1 - w ** n) for k in range(1, n + 1)]
-        window = values[max(0, row - 2): row + 1]
+        weights = [(1 - w) * w ** (n - k) / (1 - w**n) for k in range(1, n + 1)]
+        window = values[max(0, row - 2) : row + 1]
         mean = sum(window) / len(window)
         spread = math.sqrt(sum((v - mean) ** 2 for v in window) / (len(window) - 1))
         assert half[row] == pytest.approx(z * spread * math.sqrt(sum(x * x for x in weights)), rel=1e-6)
 
 
 def test_side_panels_draw_trailing_means_over_the_window_of_each_run():
-    epochs = pl.DataFrame({
-        "run_id": ["r1"] * 5 + ["r2"] * 2, "epoch": [0, 1, 2, 3, 4, 0, 1],
-        "mean_reward": [0.5] * 7, "reward_ema": [0.5] * 7,
-        "frac_zero_std_groups": [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
-        "sample_entropy": [1.0, 2.0, 3.0, 4.0, 5.0, 9.0, 9.0],
-        "train_entropy": [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0],
-    })
-    runs = pl.DataFrame({"run_id": ["r1", "r2"], "ablation": ["a", "a"], "label": [None, None]},
-                        schema={"run_id": pl.String, "ablation": pl.String, "label": pl.String})
+    epochs = pl.DataFrame(
+        {
+            "run_id": ["r1"] * 5 + ["r2"] * 2,
+            "epoch": [0, 1, 2, 3, 4, 0, 1],
+            "mean_reward": [0.5] * 7,
+            "reward_ema": [0.5] * 7,
+            "frac_zero_std_groups": [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+            "sample_entropy": [1.0, 2.0, 3.0, 4.0, 5.0, 9.0, 9.0],
+            "train_entropy": [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0],
+        }
+    )
+    runs = pl.DataFrame(
+        {"run_id": ["r1", "r2"], "ablation": ["a", "a"], "label": [None, None]},
+        schema={"run_id": pl.String, "ablation": pl.String, "label": pl.String},
+    )
     summary = pl.DataFrame({"run_id": ["r1", "r2"], "matched_horizon": [1, 1], "matched_reward": [0.5, 0.5]})
     fig = ablation_figure("a", runs, epochs, summary, Smoothing(window=3))
     _, zero, entropy = fig.axes
@@ -156,9 +172,16 @@ def test_side_panels_draw_trailing_means_over_the_window_of_each_run():
 
 def test_figures_drawn_with_helper_processes_are_those_drawn_here_in_the_same_order(tables):
     # Enough figures for a helper process; each differs (its own smoothing), so a mix-up of order shows.
-    jobs = [FigureJob(ablation, ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"]),
-                      Smoothing(ema_weight=0.5 + 0.05 * i), final_window=2, preview=i == 0)
-            for i, ablation in enumerate(["abl", "other"] * (JOBS_PER_HELPER // 2))]
+    jobs = [
+        FigureJob(
+            ablation,
+            ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"]),
+            Smoothing(ema_weight=0.5 + 0.05 * i),
+            final_window=2,
+            preview=i == 0,
+        )
+        for i, ablation in enumerate(["abl", "other"] * (JOBS_PER_HELPER // 2))
+    ]
     drawn = draw_figures(jobs, workers=2)
     assert drawn == [draw(job) for job in jobs]
     assert len({files[f"{job.ablation}.png"] for (files, _), job in zip(drawn, jobs, strict=True)}) == len(jobs)

@@ -5,16 +5,16 @@ import re
 
 import polars as pl
 import pytest
+from export_tables import tables  # noqa: F401  (the fixture)
 
 from pipelines.exports.report import ReportSettings, render_headlines, render_report
-from export_tables import tables  # noqa: F401  (the fixture)
 
 
 def section(text: str, heading: str) -> str:
     """The text under a heading, up to the next heading of the same or a higher level."""
     level = heading.split(" ")[0]
     start = text.index(heading + "\n")
-    rest = text[start + len(heading) + 1:]
+    rest = text[start + len(heading) + 1 :]
     ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), rest, flags=re.M)]
     return rest[: ends[0]] if ends else rest
 
@@ -31,8 +31,11 @@ def number(cell: str) -> float | None:
 
 def headline_numbers(headline: str) -> list[float]:
     """The difference, interval and probability of improvement a headline states."""
-    found = re.search(r"difference ([+-]\d\.\d{3}), 95% [^\[]*\[(\S+), (\S+)\], "
-                      r"probability of improvement (\d\.\d{3})", headline)
+    found = re.search(
+        r"difference ([+-]\d\.\d{3}), 95% [^\[]*\[(\S+), (\S+)\], "
+        r"probability of improvement (\d\.\d{3})",
+        headline,
+    )
     return [float(g) for g in found.groups()]
 
 
@@ -42,8 +45,13 @@ def expected(value) -> float | None:
 
 @pytest.fixture
 def report(tables) -> str:
-    return render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"],
-                         ReportSettings(final_window=50, ci_level=0.95))
+    return render_report(
+        tables["runs"],
+        tables["summary"],
+        tables["contrasts"],
+        tables["snapshots"],
+        ReportSettings(final_window=50, ci_level=0.95),
+    )
 
 
 def test_runs_table_numbers_equal_run_summary(report, tables):
@@ -53,13 +61,18 @@ def test_runs_table_numbers_equal_run_summary(report, tables):
     assert [r["label"] for r in rows] == ["Long run", "Mid run", "–"]
     for row in rows:
         want = summary[row["run"].strip("`")]
-        for column, key in [("final reward", "final_reward"), ("AUC reward", "auc_reward"),
-                            ("peak EMA", "peak_reward_ema"), ("matched reward", "matched_reward")]:
+        for column, key in [
+            ("final reward", "final_reward"),
+            ("AUC reward", "auc_reward"),
+            ("peak EMA", "peak_reward_ema"),
+            ("matched reward", "matched_reward"),
+        ]:
             assert number(row[column]) == expected(want[key])
         low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()
         assert (number(low), number(high)) == (expected(want["matched_ci_low"]), expected(want["matched_ci_high"]))
-        assert row["effective n"] == ("–" if want["matched_effective_n"] is None
-                                      else f"{want['matched_effective_n']:.1f}")
+        assert row["effective n"] == (
+            "–" if want["matched_effective_n"] is None else f"{want['matched_effective_n']:.1f}"
+        )
         assert int(row["matched horizon"]) == want["matched_horizon"]
         assert int(row["peak epoch"]) == want["peak_epoch"]
         assert row["epochs"] == f"{want['n_epochs']} ({want['first_epoch']}–{want['last_epoch']})"
@@ -81,8 +94,11 @@ def test_contrasts_table_numbers_equal_ablation_contrasts(report, tables):
 def test_headline_names_the_winner_and_turns_its_contrast_round(report):
     text = section(report, "## Ablation `abl`").strip().splitlines()[0]
     assert "(epoch 1)" in text
-    assert re.search(r"\*\*Long run\*\* \(`r_long`\), matched reward 0\.700 against 0\.500 for the runner-up "
-                     r"\*\*Mid run\*\* \(`r_mid`\)", text)
+    assert re.search(
+        r"\*\*Long run\*\* \(`r_long`\), matched reward 0\.700 against 0\.500 for the runner-up "
+        r"\*\*Mid run\*\* \(`r_mid`\)",
+        text,
+    )
     # The table row is r_mid − r_long = −0.2004 [−0.35, −0.05], P = 0.2; the winner's view is its mirror image.
     assert headline_numbers(text) == [0.200, 0.050, 0.350, 0.800]
     assert "excludes zero: the lead is resolved at 95%" in text
@@ -101,8 +117,9 @@ def test_single_run_ablation_says_there_is_nothing_to_compare(report):
 def test_snapshots_and_how_to_call_them(report, tables):
     rows = markdown_table(section(section(report, "## Ablation `abl`"), "### Snapshots"))
     got = {(r["run"].strip("`"), r["role"]): (int(r["epoch"]), r["model name"].strip("`")) for r in rows}
-    chosen = tables["snapshots"].filter(pl.col("role").is_in(["matched", "best"])
-                                        & pl.col("run_id").is_in(["r_long", "r_mid", "r_short"]))
+    chosen = tables["snapshots"].filter(
+        pl.col("role").is_in(["matched", "best"]) & pl.col("run_id").is_in(["r_long", "r_mid", "r_short"])
+    )
     assert got == {(r["run_id"], r["role"]): (r["epoch"], r["model_name"]) for r in chosen.iter_rows(named=True)}
     call = section(report, "## Calling a snapshot")
     # The winner of the largest ablation (r_long), at its matched epoch.
@@ -114,15 +131,21 @@ def test_snapshots_and_how_to_call_them(report, tables):
 
 def test_largest_ablation_comes_first_and_the_report_is_deterministic(report, tables):
     assert report.index("## Ablation `abl`") < report.index("## Ablation `other`")
-    again = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"],
-                          ReportSettings(final_window=50, ci_level=0.95))
+    again = render_report(
+        tables["runs"],
+        tables["summary"],
+        tables["contrasts"],
+        tables["snapshots"],
+        ReportSettings(final_window=50, ci_level=0.95),
+    )
     assert again == report
 
 
 def test_unresolved_lead_and_missing_values(tables):
     contrasts = tables["contrasts"].with_columns(ci_low=pl.lit(-0.4), ci_high=pl.lit(0.1), resolved=pl.lit(False))
     summary = tables["summary"].with_columns(
-        final_reward=pl.when(pl.col("run_id") == "r_mid").then(None).otherwise(pl.col("final_reward")))
+        final_reward=pl.when(pl.col("run_id") == "r_mid").then(None).otherwise(pl.col("final_reward"))
+    )
     text = render_report(tables["runs"], summary, contrasts, tables["snapshots"])
     assert "includes zero: the lead is not resolved at 95%" in text
     rows = markdown_table(section(section(text, "## Ablation `abl`"), "### Runs"))
@@ -137,7 +160,8 @@ def test_headlines_for_the_ui_leave_out_figure_and_snapshots(tables):
 
 def test_runs_without_an_ablation_get_their_own_section(tables):
     runs = tables["runs"].with_columns(
-        ablation=pl.when(pl.col("run_id") == "solo").then(None).otherwise(pl.col("ablation")))
+        ablation=pl.when(pl.col("run_id") == "solo").then(None).otherwise(pl.col("ablation"))
+    )
     text = render_report(runs, tables["summary"], tables["contrasts"], tables["snapshots"])
     assert "## Ablation `unassigned`" in text and "(figures/unassigned.png)" in text
     assert "**Solo run** (`solo`)" in section(text, "## Ablation `unassigned`")
@@ -146,23 +170,33 @@ def test_runs_without_an_ablation_get_their_own_section(tables):
 def test_headline_when_the_winner_is_run_b_keeps_its_contrast_as_it_is(tables):
     # r_mid now leads (.9 against r_long's .7004); its pair row (r_long, r_mid) already reads r_mid − r_long.
     summary = tables["summary"].with_columns(
-        matched_reward=pl.when(pl.col("run_id") == "r_mid").then(0.9).otherwise(pl.col("matched_reward")))
+        matched_reward=pl.when(pl.col("run_id") == "r_mid").then(0.9).otherwise(pl.col("matched_reward"))
+    )
     contrasts = tables["contrasts"].with_columns(
         delta=pl.when(pl.col("run_b") == "r_mid").then(0.1996).otherwise(pl.col("delta")),
         ci_low=pl.when(pl.col("run_b") == "r_mid").then(0.05).otherwise(pl.col("ci_low")),
         ci_high=pl.when(pl.col("run_b") == "r_mid").then(0.35).otherwise(pl.col("ci_high")),
-        prob_improvement=pl.when(pl.col("run_b") == "r_mid").then(0.8).otherwise(pl.col("prob_improvement")))
+        prob_improvement=pl.when(pl.col("run_b") == "r_mid").then(0.8).otherwise(pl.col("prob_improvement")),
+    )
     text = render_report(tables["runs"], summary, contrasts, tables["snapshots"])
     headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
-    assert re.search(r"\*\*Mid run\*\* \(`r_mid`\), matched reward 0\.900 against 0\.700 for the runner-up "
-                     r"\*\*Long run\*\* \(`r_long`\)", headline)
+    assert re.search(
+        r"\*\*Mid run\*\* \(`r_mid`\), matched reward 0\.900 against 0\.700 for the runner-up "
+        r"\*\*Long run\*\* \(`r_long`\)",
+        headline,
+    )
     assert headline_numbers(headline) == [0.200, 0.050, 0.350, 0.800]
     assert "excludes zero" in headline
 
 
 def test_the_interval_level_is_the_one_asked_for(tables):
-    text = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"],
-                         ReportSettings(final_window=50, ci_level=0.8))
+    text = render_report(
+        tables["runs"],
+        tables["summary"],
+        tables["contrasts"],
+        tables["snapshots"],
+        ReportSettings(final_window=50, ci_level=0.8),
+    )
     assert "95%" not in text
     assert "80% interval" in section(text, "### Pairwise contrasts of the matched reward")
     assert "resolved at 80%" in section(text, "## Ablation `abl`")
@@ -170,8 +204,9 @@ def test_the_interval_level_is_the_one_asked_for(tables):
 
 def test_an_iid_interval_resolves_nothing(tables):
     contrasts = tables["contrasts"].with_columns(ci_method=pl.lit("iid"))
-    text = render_report(tables["runs"], tables["summary"], contrasts, tables["snapshots"],
-                         ReportSettings(ci_method="iid"))
+    text = render_report(
+        tables["runs"], tables["summary"], contrasts, tables["snapshots"], ReportSettings(ci_method="iid")
+    )
     headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
     assert "95% iid bootstrap interval [0.050, 0.350]" in headline
     assert "resolves nothing even though it excludes zero" in headline and "is resolved" not in headline
@@ -181,11 +216,24 @@ def test_an_iid_interval_resolves_nothing(tables):
 
 def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
     runs = pl.DataFrame({"run_id": ["a0", "a1", "b0", "b1"], "ablation": ["seeds"] * 4, "label": [None] * 4})
-    contrasts = pl.DataFrame({
-        "ablation": ["seeds"], "run_a": ["arm_a"], "run_b": ["arm_b"], "delta": [0.12], "ci_low": [0.04],
-        "ci_high": [0.2], "ci_method": ["stratified bootstrap"], "unit": ["runs"], "resolved": [True],
-        "prob_improvement": [1.0], "matched_reward_a": [0.4], "matched_reward_b": [0.52], "n_runs_a": [2],
-        "n_runs_b": [2]})
+    contrasts = pl.DataFrame(
+        {
+            "ablation": ["seeds"],
+            "run_a": ["arm_a"],
+            "run_b": ["arm_b"],
+            "delta": [0.12],
+            "ci_low": [0.04],
+            "ci_high": [0.2],
+            "ci_method": ["stratified bootstrap"],
+            "unit": ["runs"],
+            "resolved": [True],
+            "prob_improvement": [1.0],
+            "matched_reward_a": [0.4],
+            "matched_reward_b": [0.52],
+            "n_runs_a": [2],
+            "n_runs_b": [2],
+        }
+    )
     summary = tables["summary"].head(0)
     text = render_report(runs, summary, contrasts, tables["snapshots"].head(0))
     headline = section(text, "## Ablation `seeds`").strip().splitlines()[0]
@@ -195,8 +243,9 @@ def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
 
 
 def test_seeds_of_a_single_configuration_are_not_ranked(tables):
-    runs = tables["runs"].with_columns(arm=pl.when(pl.col("ablation") == "abl").then(pl.lit("cfg"))
-                                       .otherwise(pl.col("run_id")))
+    runs = tables["runs"].with_columns(
+        arm=pl.when(pl.col("ablation") == "abl").then(pl.lit("cfg")).otherwise(pl.col("run_id"))
+    )
     text = render_report(runs, tables["summary"], tables["contrasts"].head(0), tables["snapshots"])
     headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
     assert headline.startswith("All 3 runs are seeds of one configuration (arm **cfg**)")

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import epoch_document
+
 from pipelines.release.decode import DecodeError, decode_epoch, parse_document
 
 GOOD = json.dumps(epoch_document(3, n=2))
@@ -18,19 +18,26 @@ def refused(data: bytes | str) -> DecodeError:
 
 def test_valid_document_decodes():
     doc = decode_epoch(GOOD.encode())
-    assert (doc.epoch, doc.trajectory_ids, doc.rewards, doc.warnings) == (3, ["ft_traj_003_0", "ft_traj_003_1"],
-                                                                          [0.0, 0.25], [])
+    assert (doc.epoch, doc.trajectory_ids, doc.rewards, doc.warnings) == (
+        3,
+        ["ft_traj_003_0", "ft_traj_003_1"],
+        [0.0, 0.25],
+        [],
+    )
 
 
-@pytest.mark.parametrize("data, kind, where", [
-    (GOOD[:40], "truncated_json", "line 1, column 41"),
-    ("", "empty_file", None),
-    ("  \n", "empty_file", None),
-    ('{"epoch": 3,\n "loss": 0.5,,}', "invalid_json", "line 2, column 14"),
-    (GOOD + GOOD, "invalid_json", f"char {len(GOOD)}"),  # a restarted job appended a second document
-    ("[1, 2]", "not_an_object", None),
-    ('"text"', "not_an_object", None),
-])
+@pytest.mark.parametrize(
+    "data, kind, where",
+    [
+        (GOOD[:40], "truncated_json", "line 1, column 41"),
+        ("", "empty_file", None),
+        ("  \n", "empty_file", None),
+        ('{"epoch": 3,\n "loss": 0.5,,}', "invalid_json", "line 2, column 14"),
+        (GOOD + GOOD, "invalid_json", f"char {len(GOOD)}"),  # a restarted job appended a second document
+        ("[1, 2]", "not_an_object", None),
+        ('"text"', "not_an_object", None),
+    ],
+)
 def test_unparseable_documents(data, kind, where):
     error = refused(data)
     assert error.error_kind == kind
@@ -59,8 +66,9 @@ def test_required_key_missing(key):
     assert (error.error_kind, f"`{key}`" in error.message) == ("missing_key", True)
 
 
-@pytest.mark.parametrize("key", ["loss", "mean_reward", "kl_sample_train", "sample_entropy", "train_entropy",
-                                 "snapshot_id"])
+@pytest.mark.parametrize(
+    "key", ["loss", "mean_reward", "kl_sample_train", "sample_entropy", "train_entropy", "snapshot_id"]
+)
 def test_documented_optional_key_missing_loads_with_a_warning(key):
     doc = epoch_document(3, n=2)
     del doc[key]
@@ -69,18 +77,21 @@ def test_documented_optional_key_missing_loads_with_a_warning(key):
     assert f"`{key}`" in decoded.warnings[0][1]
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ({"loss": "0.5"}, "`loss` should be a number"),
-    ({"epoch": "3"}, "`epoch` should be an integer"),
-    ({"epoch": 3.5}, "`epoch` should be an integer"),
-    ({"rewards": 0.5}, "`rewards` should be a list"),
-    ({"rewards": [0.0, "x"]}, "`rewards[1]`"),
-    ({"advantages": [True, 0.0]}, "`advantages[0]`"),
-    ({"trajectory_ids": "ft_traj"}, "`trajectory_ids` should be a list of strings"),
-    ({"trajectory_ids": [1, 2]}, "`trajectory_ids` should be a list of strings"),
-    ({"snapshot_id": 7}, "`snapshot_id` should be a string"),
-    ({"rewards": [10**400, 0.0]}, "too large"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"loss": "0.5"}, "`loss` should be a number"),
+        ({"epoch": "3"}, "`epoch` should be an integer"),
+        ({"epoch": 3.5}, "`epoch` should be an integer"),
+        ({"rewards": 0.5}, "`rewards` should be a list"),
+        ({"rewards": [0.0, "x"]}, "`rewards[1]`"),
+        ({"advantages": [True, 0.0]}, "`advantages[0]`"),
+        ({"trajectory_ids": "ft_traj"}, "`trajectory_ids` should be a list of strings"),
+        ({"trajectory_ids": [1, 2]}, "`trajectory_ids` should be a list of strings"),
+        ({"snapshot_id": 7}, "`snapshot_id` should be a string"),
+        ({"rewards": [10**400, 0.0]}, "too large"),
+    ],
+)
 def test_wrong_types(change, fragment):
     error = refused(json.dumps(epoch_document(3, n=2) | change))
     assert error.error_kind == "wrong_type"
@@ -131,12 +142,15 @@ def test_strings_that_look_like_keys_are_not_duplicates():
     assert doc.warnings == [] and doc.scalar_extras == {"note": '"loss": 1', "note2": 'a": b'}
 
 
-@pytest.mark.parametrize("tail, repeated", [
-    (', "items": [{"k": 1, "k": 2}]}', True),  # in an object inside a list, which the colon count leaves out
-    (', "note": "12:30", "loss": 9.0}', True),  # a colon in a string beside a repeated key
-    (', "note": "12:30"}', False),  # a colon in a string alone: more colons than keys, and no key twice
-    (', "loss" : 9.0}', True),  # a space before the colon
-])
+@pytest.mark.parametrize(
+    "tail, repeated",
+    [
+        (', "items": [{"k": 1, "k": 2}]}', True),  # in an object inside a list, which the colon count leaves out
+        (', "note": "12:30", "loss": 9.0}', True),  # a colon in a string beside a repeated key
+        (', "note": "12:30"}', False),  # a colon in a string alone: more colons than keys, and no key twice
+        (', "loss" : 9.0}', True),  # a space before the colon
+    ],
+)
 def test_duplicate_keys_found_however_the_colons_fall(tail, repeated):
     text = GOOD[:-1] + tail
     if repeated:

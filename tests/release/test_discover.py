@@ -30,8 +30,11 @@ def test_both_layouts_and_every_other_entry_inventoried(tmp_path, write_epoch):
     assert all(f.size == f.path.stat().st_size for f in listing.epoch_files)
     skipped = {e.source_path: e for e in listing.skipped}
     assert set(skipped) == {
-        "run_x/.epoch_003_results.json.tmp", "run_x/epoch_001/config.json", "run_x/epoch_001/stdout.log",
-        "run_x/epoch_002", "run_x/notes.txt",
+        "run_x/.epoch_003_results.json.tmp",
+        "run_x/epoch_001/config.json",
+        "run_x/epoch_001/stdout.log",
+        "run_x/epoch_002",
+        "run_x/notes.txt",
     }
     assert not skipped["run_x/epoch_001/config.json"].is_problem
     assert not skipped["run_x/notes.txt"].is_problem

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import epoch_document, write_epoch_file
 from pipelines.lake import ingest_run, manifest_file, partition_file
 from pipelines.release.decode import DecodeError, decode_epoch
 from pipelines.release.discover import find_run_folders, list_run
@@ -21,12 +21,45 @@ LIMIT = 1 << 20
 
 # Departures from the run's shape, each touching one document; None leaves it as the others are.
 DEPARTURES = (
-    "reward_str", "reward_bool", "reward_int", "reward_huge_int", "reward_none", "id_int", "per_traj_nested",
-    "per_traj_short", "loss_int", "loss_none", "loss_str", "key_order", "drop_extra", "new_extra", "wrong_epoch",
-    "short_list_is_n", "epoch_float", "snapshot_none", "no_trajectories", "all_int_rewards", "nan_reward",
-    "deep_nested", "empty_lists", "dup_key_equal", "dup_key_differs", "colon_in_string", "big_int_reward",
-    "big_int_per_traj", "count_beyond_int64", "lone_surrogate", "escaped_string", "nested_is_scalar", "flag_int",
-    "big_float_reward", "count_float", "pretty_printed", "crlf_and_bom", "per_traj_objects", "details_objects",
+    "reward_str",
+    "reward_bool",
+    "reward_int",
+    "reward_huge_int",
+    "reward_none",
+    "id_int",
+    "per_traj_nested",
+    "per_traj_short",
+    "loss_int",
+    "loss_none",
+    "loss_str",
+    "key_order",
+    "drop_extra",
+    "new_extra",
+    "wrong_epoch",
+    "short_list_is_n",
+    "epoch_float",
+    "snapshot_none",
+    "no_trajectories",
+    "all_int_rewards",
+    "nan_reward",
+    "deep_nested",
+    "empty_lists",
+    "dup_key_equal",
+    "dup_key_differs",
+    "colon_in_string",
+    "big_int_reward",
+    "big_int_per_traj",
+    "count_beyond_int64",
+    "lone_surrogate",
+    "escaped_string",
+    "nested_is_scalar",
+    "flag_int",
+    "big_float_reward",
+    "count_float",
+    "pretty_printed",
+    "crlf_and_bom",
+    "per_traj_objects",
+    "details_objects",
     "details_other_shape",
 )
 
@@ -41,9 +74,18 @@ def runs(draw) -> list[tuple[int, dict | str]]:
     for epoch, how in enumerate(departures):
         n = draw(st.integers(1, 3))
         late = {"grad_norm": 0.5} if late_key_from is not None and epoch >= late_key_from else {}
-        doc = epoch_document(epoch, n=n, lr=1e-5, phase="rl", count=3, config={"b": [1, 2], "a": 0.5},
-                             short_list=[1, 2, 3, 4], per_traj=[i * 0.5 for i in range(n)],
-                             flags=[i % 2 == 0 for i in range(n)], **late)
+        doc = epoch_document(
+            epoch,
+            n=n,
+            lr=1e-5,
+            phase="rl",
+            count=3,
+            config={"b": [1, 2], "a": 0.5},
+            short_list=[1, 2, 3, 4],
+            per_traj=[i * 0.5 for i in range(n)],
+            flags=[i % 2 == 0 for i in range(n)],
+            **late,
+        )
         i = draw(st.integers(0, n - 1))
         text = None
         if how == "reward_str":
@@ -165,16 +207,27 @@ def same_rows(stored: pl.DataFrame, expected: pl.DataFrame, keys: list[str], sch
 
 
 def _extras(n: int) -> dict:
-    return {"lr": 1e-05, "phase": "rl", "count": 3, "config": {"b": [1, 2], "a": 0.5}, "short_list": [1, 2, 3, 4],
-            "per_traj": [0.0] * n, "flags": [True] * n}
+    return {
+        "lr": 1e-05,
+        "phase": "rl",
+        "count": 3,
+        "config": {"b": [1, 2], "a": 0.5},
+        "short_list": [1, 2, 3, 4],
+        "per_traj": [0.0] * n,
+        "flags": [True] * n,
+    }
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents=runs())
 # Found by hypothesis: the first document sets the shape but is refused (wrong epoch), the second is taken one by
 # one with its keys reversed; its columns must come in its own order, not the shape's.
-@example(documents=[(0, epoch_document(0, n=1, **_extras(1)) | {"epoch": 50}),
-                    (1, dict(reversed(list(epoch_document(1, n=1, **_extras(1)).items()))))])
+@example(
+    documents=[
+        (0, epoch_document(0, n=1, **_extras(1)) | {"epoch": 50}),
+        (1, dict(reversed(list(epoch_document(1, n=1, **_extras(1)).items())))),
+    ]
+)
 def test_the_fast_path_loads_and_refuses_what_decoding_one_by_one_does(documents):
     with tempfile.TemporaryDirectory() as tmp:
         run_dir, lake = Path(tmp) / "rel" / "run", Path(tmp) / "lake"
@@ -209,8 +262,15 @@ def test_documents_of_one_shape_take_the_fast_path_and_a_bad_value_is_declined(t
     from pipelines.release.discover import EpochFile
 
     def file(epoch: int) -> EpochFile:
-        return EpochFile("run", f"/r/run/epoch_{epoch:03d}_results.json", f"run/epoch_{epoch:03d}_results.json",
-                         epoch, "file", 10, 10**18)
+        return EpochFile(
+            "run",
+            f"/r/run/epoch_{epoch:03d}_results.json",
+            f"run/epoch_{epoch:03d}_results.json",
+            epoch,
+            "file",
+            10,
+            10**18,
+        )
 
     def text(doc: dict) -> bytes:
         return json.dumps(doc).encode()
@@ -249,11 +309,20 @@ def test_a_key_that_appears_mid_run_gives_the_run_a_new_shape(tmp_path):
     from pipelines.release.discover import EpochFile
 
     def file(epoch: int) -> EpochFile:
-        return EpochFile("run", f"/r/run/epoch_{epoch:03d}_results.json", f"run/epoch_{epoch:03d}_results.json",
-                         epoch, "file", 10, 10**18)
+        return EpochFile(
+            "run",
+            f"/r/run/epoch_{epoch:03d}_results.json",
+            f"run/epoch_{epoch:03d}_results.json",
+            epoch,
+            "file",
+            10,
+            10**18,
+        )
 
-    texts = [json.dumps(epoch_document(e, n=2, lr=0.1, **({"grad_norm": 0.5 * e} if e >= 3 else {}))).encode()
-             for e in range(6)]
+    texts = [
+        json.dumps(epoch_document(e, n=2, lr=0.1, **({"grad_norm": 0.5 * e} if e >= 3 else {}))).encode()
+        for e in range(6)
+    ]
     columns, paths = RunColumns("run"), []
     for epoch, text in enumerate(texts):
         if columns.add_bytes(file(epoch), text):
@@ -279,8 +348,9 @@ def test_an_integer_beyond_64_bits_beside_floats_is_kept_as_json_text_on_both_pa
     lrs, per_traj = [0.5, big, 2.5, 3.5], [[0.5, 1.5], [1, 2.0], [0.25, big], [1.0, 0.0]]
     configs = [{"k": 0.5}, {"k": 1}, {"k": 1.5}, {"k": big}]
     for epoch in range(4):
-        write_epoch_file(run_dir, epoch, epoch_document(epoch, n=2, lr=lrs[epoch], per_traj=per_traj[epoch],
-                                                        config=configs[epoch]))
+        write_epoch_file(
+            run_dir, epoch, epoch_document(epoch, n=2, lr=lrs[epoch], per_traj=per_traj[epoch], config=configs[epoch])
+        )
     ingest_run(list_run(find_run_folders([run_dir.parent])[0]["run"]), lake, LIMIT)
     kinds = json.loads(manifest_file(lake, "run").read_text())["json_columns"]
     epochs, trajectories, _ = reference(run_dir)
@@ -292,8 +362,10 @@ def test_an_integer_beyond_64_bits_beside_floats_is_kept_as_json_text_on_both_pa
         assert frame.sort("epoch")["config"].to_list() == expected_config
     for frame in (lake_table(lake, "trajectories"), trajectories):
         assert frame.sort("epoch", "traj_index")["per_traj"].to_list() == expected_per_traj
-    assert kinds == {"epochs": {"config": ["nested"], "lr": ["float", "int"]},
-                     "trajectories": {"per_traj": ["float", "int"]}}
+    assert kinds == {
+        "epochs": {"config": ["nested"], "lr": ["float", "int"]},
+        "trajectories": {"per_traj": ["float", "int"]},
+    }
 
 
 @pytest.mark.parametrize("edge", [-(2**63), 2**63 - 1])
@@ -303,5 +375,9 @@ def test_an_integer_at_the_edge_of_64_bits_beside_floats_widens_to_a_float(tmp_p
         write_epoch_file(run_dir, epoch, epoch_document(epoch, n=2, lr=lr, per_traj=[0.5, lr]))
     ingest_run(list_run(find_run_folders([run_dir.parent])[0]["run"]), lake, LIMIT)
     assert lake_table(lake, "epochs").sort("epoch")["lr"].to_list() == [0.5, float(edge)]
-    assert lake_table(lake, "trajectories").sort("epoch", "traj_index")["per_traj"].to_list() == \
-        [0.5, 0.5, 0.5, float(edge)]
+    assert lake_table(lake, "trajectories").sort("epoch", "traj_index")["per_traj"].to_list() == [
+        0.5,
+        0.5,
+        0.5,
+        float(edge),
+    ]

@@ -4,8 +4,8 @@ import math
 from pathlib import Path
 
 import polars as pl
-
 from conftest import epoch_document
+
 from pipelines.release.decode import decode_epoch
 from pipelines.release.discover import RunFolder, list_run
 from pipelines.release.flatten import combine, drift_notes, extra_column_name, flatten, typed_series
@@ -24,16 +24,32 @@ def test_both_layouts_flatten_cell_by_cell(tmp_path, write_epoch):
     epochs, trajectories, kinds = load_run(run_dir)
 
     assert kinds == {"epochs": {}, "trajectories": {}}
-    rows = epochs.sort("epoch").select(
-        "run_id", "epoch", "loss", "mean_reward", "kl_sample_train", "sample_entropy", "train_entropy",
-        "snapshot_id", "n_trajectories", "source_path", "source_layout",
-    ).rows()
+    rows = (
+        epochs.sort("epoch")
+        .select(
+            "run_id",
+            "epoch",
+            "loss",
+            "mean_reward",
+            "kl_sample_train",
+            "sample_entropy",
+            "train_entropy",
+            "snapshot_id",
+            "n_trajectories",
+            "source_path",
+            "source_layout",
+        )
+        .rows()
+    )
     assert rows == [
         ("run_a_2fp", 0, 0.5, 0.125, 0.0, 1.5, 1.25, "ft_snap_000", 2, "run_a_2fp/epoch_000_results.json", "file"),
         ("run_a_2fp", 1, 1.5, 0.25, 0.0, 1.5, 1.25, "ft_snap_001", 3, "run_a_2fp/epoch_001/results.json", "folder"),
     ]
-    traj = trajectories.sort("epoch", "traj_index").select(
-        "epoch", "traj_index", "trajectory_id", "reward", "advantage", "source_path").rows()
+    traj = (
+        trajectories.sort("epoch", "traj_index")
+        .select("epoch", "traj_index", "trajectory_id", "reward", "advantage", "source_path")
+        .rows()
+    )
     assert traj == [
         (0, 0, "ft_traj_000_0", 0.0, -0.0, "run_a_2fp/epoch_000_results.json"),
         (0, 1, "ft_traj_000_1", 0.25, -0.25, "run_a_2fp/epoch_000_results.json"),
@@ -46,10 +62,18 @@ def test_both_layouts_flatten_cell_by_cell(tmp_path, write_epoch):
 def test_scalar_array_and_nested_extras(tmp_path, write_epoch):
     run_dir = tmp_path / "rel" / "run"
     doc = epoch_document(
-        0, n=2,
-        baseline_epoch=50, temperature=0.7, judge="gpt", truncated=False, note=None,
-        target_model=["m1", "m2"], is_fp_control=[True, False], judge_score=[7, 3.5],
-        config={"lr": 1e-5, "layers": [1, 2]}, short_list=[1, 2, 3],
+        0,
+        n=2,
+        baseline_epoch=50,
+        temperature=0.7,
+        judge="gpt",
+        truncated=False,
+        note=None,
+        target_model=["m1", "m2"],
+        is_fp_control=[True, False],
+        judge_score=[7, 3.5],
+        config={"lr": 1e-5, "layers": [1, 2]},
+        short_list=[1, 2, 3],
     )
     write_epoch(run_dir, 0, doc)
     epochs, trajectories, kinds = load_run(run_dir)
@@ -60,7 +84,12 @@ def test_scalar_array_and_nested_extras(tmp_path, write_epoch):
     assert epochs.schema["truncated"] == pl.Boolean
     row = epochs.row(0, named=True)
     assert (row["baseline_epoch"], row["temperature"], row["judge"], row["truncated"], row["note"]) == (
-        50, 0.7, "gpt", False, None)
+        50,
+        0.7,
+        "gpt",
+        False,
+        None,
+    )
     # Anything that is neither a scalar nor a per-trajectory array is kept as JSON text.
     assert row["config"] == '{"layers": [1, 2], "lr": 1e-05}'
     assert row["short_list"] == "[1, 2, 3]"
@@ -69,7 +98,9 @@ def test_scalar_array_and_nested_extras(tmp_path, write_epoch):
     assert trajectories.schema["is_fp_control"] == pl.Boolean
     assert trajectories.schema["judge_score"] == pl.Float64  # 7 beside 3.5 widens to a float
     assert trajectories.select("target_model", "is_fp_control", "judge_score").rows() == [
-        ("m1", True, 7.0), ("m2", False, 3.5)]
+        ("m1", True, 7.0),
+        ("m2", False, 3.5),
+    ]
 
 
 def test_key_first_seen_in_a_late_epoch_gets_its_column(tmp_path, write_epoch):
@@ -116,8 +147,9 @@ def test_extra_whose_type_drifts_keeps_every_value_as_json_text(tmp_path, write_
 
 
 def test_combine_retypes_a_column_stored_one_way_and_flattened_another():
-    old = pl.DataFrame({"epoch": [0, 1], "phase": [1, 2], "lr": [0.1, 0.2], "flag": [None, None]},
-                       schema_overrides={"flag": pl.String})
+    old = pl.DataFrame(
+        {"epoch": [0, 1], "phase": [1, 2], "lr": [0.1, 0.2], "flag": [None, None]}, schema_overrides={"flag": pl.String}
+    )
     new = pl.DataFrame({"epoch": [2, 3], "phase": ["warm", None], "lr": [1, 2], "flag": [True, False]})
     frame, kinds = combine([(old, {}), (new, {})], {"epoch": pl.Int64})
     assert frame["phase"].to_list() == ["1", "2", '"warm"', None]

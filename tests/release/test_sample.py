@@ -85,8 +85,18 @@ def test_each_release_root_has_a_stray_readme_and_no_temporary_files(sample_dir)
 
 
 def test_documents_hold_the_documented_keys_and_epoch(documents):
-    documented = {"epoch", "loss", "mean_reward", "kl_sample_train", "sample_entropy", "train_entropy",
-                  "snapshot_id", "trajectory_ids", "rewards", "advantages"}
+    documented = {
+        "epoch",
+        "loss",
+        "mean_reward",
+        "kl_sample_train",
+        "sample_entropy",
+        "train_entropy",
+        "snapshot_id",
+        "trajectory_ids",
+        "rewards",
+        "advantages",
+    }
     for run_id, docs in documents.items():
         for epoch, doc in enumerate(docs):
             assert documented <= doc.keys()
@@ -119,7 +129,7 @@ def independent_advantages(rewards: list[float]) -> list[float]:
     """The stated formula, written with plain Python over each group of 8."""
     advantages = []
     for start in range(0, len(rewards), 8):
-        group = rewards[start:start + 8]
+        group = rewards[start : start + 8]
         finite = [r for r in group if math.isfinite(r)]
         mean = sum(finite) / len(finite)
         std = math.sqrt(sum((r - mean) ** 2 for r in finite) / len(finite))
@@ -180,8 +190,8 @@ def test_iterative_runs_refresh_the_baseline_every_50_epochs(documents):
             assert doc["baseline_snapshot_id"] == snapshots[doc["baseline_epoch"]]
             assert all(0.0 <= r <= 1.0 for r in doc["rewards"])
         curve = np.array([doc["mean_reward"] for doc in docs])
-        block_starts = np.mean([curve[b:b + 5].mean() for b in range(0, 400, 50)])
-        block_ends = np.mean([curve[b + 45:b + 50].mean() for b in range(0, 400, 50)])
+        block_starts = np.mean([curve[b : b + 5].mean() for b in range(0, 400, 50)])
+        block_ends = np.mean([curve[b + 45 : b + 50].mean() for b in range(0, 400, 50)])
         assert block_ends > block_starts + 0.02  # the sawtooth
 
 
@@ -200,7 +210,7 @@ def test_binary_run_rewards_are_zero_one_and_collapse_after_the_peak(documents):
     smoothed = np.convolve(curve, np.ones(20) / 20, mode="valid")
     assert 220 <= smoothed.argmax() + 10 <= 310
     assert curve[-30:].mean() < smoothed.max() - 0.3
-    zero_variance = (rewards.reshape(-1, 8).max(axis=1) == rewards.reshape(-1, 8).min(axis=1))
+    zero_variance = rewards.reshape(-1, 8).max(axis=1) == rewards.reshape(-1, 8).min(axis=1)
     assert zero_variance.mean() > 0.2
 
 
@@ -212,8 +222,9 @@ def test_nan_tokens_appear_in_the_raw_binary_files(sample_dir):
 def test_grad_norm_first_appears_late(documents):
     docs = documents["mt3_2f_grpo_mt_v3_2fp"]
     assert [doc["epoch"] for doc in docs if "grad_norm" in doc] == list(range(400, 481))
-    assert not any("grad_norm" in doc for run_id, run in documents.items() if run_id != "mt3_2f_grpo_mt_v3_2fp"
-                   for doc in run)
+    assert not any(
+        "grad_norm" in doc for run_id, run in documents.items() if run_id != "mt3_2f_grpo_mt_v3_2fp" for doc in run
+    )
 
 
 def test_entropy_declines_and_lr_warms_up(documents):
@@ -268,7 +279,10 @@ def test_scale_two_adds_one_replicate_of_every_run(tmp_path):
     messages = []
     release_dirs = write_sample(tmp_path, scale=2, progress=messages.append)
     assert [d.name for d in release_dirs] == [
-        MULTI_TARGET_RELEASE, BINARY_RELEASE, f"{MULTI_TARGET_RELEASE}_s001", f"{BINARY_RELEASE}_s001",
+        MULTI_TARGET_RELEASE,
+        BINARY_RELEASE,
+        f"{MULTI_TARGET_RELEASE}_s001",
+        f"{BINARY_RELEASE}_s001",
     ]
     runs = sorted(f"{d.parent.name}/{d.name}" for d in tmp_path.glob("*/*") if d.is_dir())
     expected = sorted(

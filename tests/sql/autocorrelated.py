@@ -4,13 +4,14 @@ import numpy as np
 from mart_fixture import epoch
 
 
-def ar1_curves(seed: int, runs: int, epochs: int, phi: float, drift_sd: float = 0.04,
-               noise_sd: float = 0.03, trend: bool = False) -> np.ndarray:
+def ar1_curves(
+    seed: int, runs: int, epochs: int, phi: float, drift_sd: float = 0.04, noise_sd: float = 0.03, trend: bool = False
+) -> np.ndarray:
     """runs × epochs per-epoch mean rewards: a shared curve, an AR(1) drift, white noise; no run truly differs."""
     rng = np.random.default_rng(seed)
     drift = np.empty((runs, epochs))
     drift[:, 0] = rng.standard_normal(runs) * drift_sd
-    innovations = rng.standard_normal((runs, epochs)) * drift_sd * np.sqrt(1 - phi ** 2)
+    innovations = rng.standard_normal((runs, epochs)) * drift_sd * np.sqrt(1 - phi**2)
     for t in range(1, epochs):
         drift[:, t] = phi * drift[:, t - 1] + innovations[:, t]
     t = np.arange(epochs)

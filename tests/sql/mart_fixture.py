@@ -31,8 +31,15 @@ def epoch(run_id, epoch, rewards, advantages, *, reported=None, kl=0.0, targets=
     if reported is None:
         reported = sum(finite) / len(finite) if finite else NAN
     return {
-        "run_id": run_id, "epoch": epoch, "rewards": rewards, "advantages": advantages, "reported": reported,
-        "kl": kl, "targets": targets, "fp": fp, "n": len(rewards) if n is None else n,
+        "run_id": run_id,
+        "epoch": epoch,
+        "rewards": rewards,
+        "advantages": advantages,
+        "reported": reported,
+        "kl": kl,
+        "targets": targets,
+        "fp": fp,
+        "n": len(rewards) if n is None else n,
     }
 
 
@@ -41,12 +48,30 @@ def epoch(run_id, epoch, rewards, advantages, *, reported=None, kl=0.0, targets=
 # run_b: epochs 0, 1, 2; its advantages use another convention (scale 0.7071, i.e. sample std): still consistent.
 # Advantages of run_a: (r − group mean) / population std, 0 for flat groups and NaN rewards.
 EPOCHS = [
-    epoch("run_a", 0, [1.0, 0.0, 0.5, 0.5], [1.0, -1.0, 0.0, 0.0],
-          targets=["x", "y", "x", "y"], fp=[True, False, False, False]),
-    epoch("run_a", 1, [1.0, NAN, 1.0, 0.0], [0.0, 0.0, 1.0, -1.0],
-          targets=["x", "y", "x", "y"], fp=[True, False, False, False]),
-    epoch("run_a", 3, [1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 1.0, -1.0],
-          targets=["x", "y", "x", "y"], fp=[True, False, False, False]),
+    epoch(
+        "run_a",
+        0,
+        [1.0, 0.0, 0.5, 0.5],
+        [1.0, -1.0, 0.0, 0.0],
+        targets=["x", "y", "x", "y"],
+        fp=[True, False, False, False],
+    ),
+    epoch(
+        "run_a",
+        1,
+        [1.0, NAN, 1.0, 0.0],
+        [0.0, 0.0, 1.0, -1.0],
+        targets=["x", "y", "x", "y"],
+        fp=[True, False, False, False],
+    ),
+    epoch(
+        "run_a",
+        3,
+        [1.0, 1.0, 1.0, 0.0],
+        [0.0, 0.0, 1.0, -1.0],
+        targets=["x", "y", "x", "y"],
+        fp=[True, False, False, False],
+    ),
     epoch("run_b", 0, [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, -0.7071, 0.7071]),
     epoch("run_b", 1, [1.0, 0.0, 1.0, 1.0], [0.7071, -0.7071, 0.0, 0.0]),
     epoch("run_b", 2, [1.0, 0.0, 0.0, 1.0], [0.7071, -0.7071, -0.7071, 0.7071]),
@@ -56,24 +81,42 @@ RUNS = [("run_a", "abl", 2), ("run_b", "abl", 2), ("run_c", "solo", 2)]
 MARTS = [model for model in load_models().values() if model.layer == "marts"]  # in dependency order
 
 
-def create_staging(con: duckdb.DuckDBPyConnection, epochs: list[dict], runs: list[tuple], *, extras: bool = True,
-                   extras_as_json_text: bool = False) -> None:
+def create_staging(
+    con: duckdb.DuckDBPyConnection,
+    epochs: list[dict],
+    runs: list[tuple],
+    *,
+    extras: bool = True,
+    extras_as_json_text: bool = False,
+) -> None:
     """Writes fact_epochs, fact_trajectories and dim_runs as the staging models would; a run is (run_id, ablation,
     group_size) or (run_id, ablation, group_size, arm), its arm the run itself by default."""
     group_size = {run[0]: run[2] for run in runs}
     epoch_rows, trajectory_rows = [], []
     for doc in epochs:
-        epoch_rows.append({
-            "run_id": doc["run_id"], "epoch": doc["epoch"], "loss": 0.1, "mean_reward": doc["reported"],
-            "kl_sample_train": doc["kl"], "sample_entropy": 1.5, "train_entropy": 1.25,
-            "snapshot_id": f"snap_{doc['run_id']}_{doc['epoch']}", "n_trajectories": doc["n"],
-            "source_path": f"{doc['run_id']}/epoch_{doc['epoch']:03d}_results.json",
-        })
+        epoch_rows.append(
+            {
+                "run_id": doc["run_id"],
+                "epoch": doc["epoch"],
+                "loss": 0.1,
+                "mean_reward": doc["reported"],
+                "kl_sample_train": doc["kl"],
+                "sample_entropy": 1.5,
+                "train_entropy": 1.25,
+                "snapshot_id": f"snap_{doc['run_id']}_{doc['epoch']}",
+                "n_trajectories": doc["n"],
+                "source_path": f"{doc['run_id']}/epoch_{doc['epoch']:03d}_results.json",
+            }
+        )
         for index, (reward, advantage) in enumerate(zip(doc["rewards"], doc["advantages"])):
             row = {
-                "run_id": doc["run_id"], "epoch": doc["epoch"], "traj_index": index,
-                "group_index": index // group_size[doc["run_id"]], "trajectory_id": f"t{doc['epoch']}_{index}",
-                "reward": reward, "advantage": advantage,
+                "run_id": doc["run_id"],
+                "epoch": doc["epoch"],
+                "traj_index": index,
+                "group_index": index // group_size[doc["run_id"]],
+                "trajectory_id": f"t{doc['epoch']}_{index}",
+                "reward": reward,
+                "advantage": advantage,
                 "source_path": f"{doc['run_id']}/epoch_{doc['epoch']:03d}_results.json",
             }
             if extras:
@@ -86,22 +129,47 @@ def create_staging(con: duckdb.DuckDBPyConnection, epochs: list[dict], runs: lis
                 row["is_fp_control"] = fp
             trajectory_rows.append(row)
     trajectory_schema = {
-        "run_id": pl.String, "epoch": pl.Int64, "traj_index": pl.Int64, "group_index": pl.Int64,
-        "trajectory_id": pl.String, "reward": pl.Float64, "advantage": pl.Float64, "source_path": pl.String,
+        "run_id": pl.String,
+        "epoch": pl.Int64,
+        "traj_index": pl.Int64,
+        "group_index": pl.Int64,
+        "trajectory_id": pl.String,
+        "reward": pl.Float64,
+        "advantage": pl.Float64,
+        "source_path": pl.String,
     }
     if extras:
-        trajectory_schema |= {"target_model": pl.String,
-                              "is_fp_control": pl.String if extras_as_json_text else pl.Boolean}
+        trajectory_schema |= {
+            "target_model": pl.String,
+            "is_fp_control": pl.String if extras_as_json_text else pl.Boolean,
+        }
     frames = {
         "fact_epochs": pl.DataFrame(epoch_rows),
         "fact_trajectories": pl.DataFrame(trajectory_rows, schema=trajectory_schema),
         "dim_runs": pl.DataFrame(
-            [{"run_id": r, "release": "rel", "reward_family": "binary", "fp_per_group": None, "group_size": size,
-              "ablation": ablation, "label": r, "arm": arm}
-             for r, ablation, size, arm in (run if len(run) == 4 else (*run, run[0]) for run in runs)],
-            schema={"run_id": pl.String, "release": pl.String, "reward_family": pl.String,
-                    "fp_per_group": pl.Int64, "group_size": pl.Int64, "ablation": pl.String, "label": pl.String,
-                    "arm": pl.String},
+            [
+                {
+                    "run_id": r,
+                    "release": "rel",
+                    "reward_family": "binary",
+                    "fp_per_group": None,
+                    "group_size": size,
+                    "ablation": ablation,
+                    "label": r,
+                    "arm": arm,
+                }
+                for r, ablation, size, arm in (run if len(run) == 4 else (*run, run[0]) for run in runs)
+            ],
+            schema={
+                "run_id": pl.String,
+                "release": pl.String,
+                "reward_family": pl.String,
+                "fp_per_group": pl.Int64,
+                "group_size": pl.Int64,
+                "ablation": pl.String,
+                "label": pl.String,
+                "arm": pl.String,
+            },
         ),
     }
     for table, frame in frames.items():

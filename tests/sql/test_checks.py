@@ -54,8 +54,11 @@ def test_duplicate_epoch_is_an_error():
 
 
 def test_nonzero_or_nan_kl_warns():
-    docs = [*CLEAN_EPOCHS, epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], kl=0.02),
-            epoch("run_c", 2, [0.0, 1.0], [-1.0, 1.0], kl=NAN)]
+    docs = [
+        *CLEAN_EPOCHS,
+        epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], kl=0.02),
+        epoch("run_c", 2, [0.0, 1.0], [-1.0, 1.0], kl=NAN),
+    ]
     result = checks.nonzero_kl(built(docs, CLEAN_RUNS))
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
     assert [(e["epoch"], e["kl_sample_train"]) for e in result.metadata["examples"].value] == [(1, 0.02), (2, "nan")]
@@ -78,14 +81,21 @@ def test_a_position_held_twice_is_an_error_even_when_the_count_matches():
     result = checks.inconsistent_trajectory_arrays(con)
     assert not result.passed
     [example] = result.metadata["examples"].value
-    assert (example["run_id"], example["epoch"], example["n_trajectory_rows"], example["first_index"],
-            example["last_index"]) == ("run_b", 0, 4, 0, 3)
+    assert (
+        example["run_id"],
+        example["epoch"],
+        example["n_trajectory_rows"],
+        example["first_index"],
+        example["last_index"],
+    ) == ("run_b", 0, 4, 0, 3)
 
 
 def test_reported_mean_mismatch_warns_and_an_all_nan_epoch_is_consistent():
-    docs = [*CLEAN_EPOCHS,
-            epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], reported=0.6),  # the finite mean is .5
-            epoch("run_c", 2, [NAN, NAN], [0.0, 0.0])]  # reports NaN, recomputes null: consistent
+    docs = [
+        *CLEAN_EPOCHS,
+        epoch("run_c", 1, [0.0, 1.0], [-1.0, 1.0], reported=0.6),  # the finite mean is .5
+        epoch("run_c", 2, [NAN, NAN], [0.0, 0.0]),
+    ]  # reports NaN, recomputes null: consistent
     result = checks.reported_mean_mismatch(built(docs, CLEAN_RUNS), 1e-6)
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
     [example] = result.metadata["examples"].value
@@ -104,8 +114,9 @@ def test_unnormalised_groups_are_listed_with_the_reason():
     ]
     result = checks.unnormalised_groups(built(docs, runs))
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
-    found = {(e["run_id"], e["epoch"], e["group_index"]): e["advantage_problem"]
-             for e in result.metadata["examples"].value}
+    found = {
+        (e["run_id"], e["epoch"], e["group_index"]): e["advantage_problem"] for e in result.metadata["examples"].value
+    }
     assert set(found) == {("g", 0, 0), ("g", 1, 0), ("g", 1, 1), ("g", 3, 1), ("h", 0, 0)}
     assert "increasing affine" in found["g", 0, 0] and "increasing affine" in found["h", 0, 0]
     assert "average to 0" in found["g", 1, 0]
@@ -120,7 +131,11 @@ def test_model_checks_read_the_build_database_and_only_duplicates_block(tmp_path
     warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
     [duplicates, kl] = checks.evaluate_checks("fact_epochs", warehouse)
     assert (duplicates.check_name, duplicates.passed, kl.check_name, kl.passed) == (
-        "no_duplicate_epochs", True, "kl_sample_train_is_zero", True)
+        "no_duplicate_epochs",
+        True,
+        "kl_sample_train_is_zero",
+        True,
+    )
     [gaps] = checks.evaluate_checks("run_summary", warehouse)
     assert not gaps.passed and gaps.severity == dg.AssetCheckSeverity.WARN
     assert checks.evaluate_checks("snapshots", warehouse) == []
@@ -129,27 +144,47 @@ def test_model_checks_read_the_build_database_and_only_duplicates_block(tmp_path
 
 
 def create_ingest_errors(con, rows: list[tuple]) -> None:
-    con.execute("create table ingest_errors (source_path varchar, run_id varchar, epoch bigint, error_kind varchar,"
-                " message varchar, severity varchar, action varchar)")
+    con.execute(
+        "create table ingest_errors (source_path varchar, run_id varchar, epoch bigint, error_kind varchar,"
+        " message varchar, severity varchar, action varchar)"
+    )
     if rows:
         con.executemany("insert into ingest_errors values (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 def test_unloaded_input_warns_naming_the_quarantined_files_and_ignores_warnings():
     con = duckdb.connect()
-    loaded_with_warning = ("rel/run_a/epoch_001_results.json", "run_a", 1, "duplicate_epoch", "epoch 1 is also in x",
-                           "warning", "not loaded: duplicate")
+    loaded_with_warning = (
+        "rel/run_a/epoch_001_results.json",
+        "run_a",
+        1,
+        "duplicate_epoch",
+        "epoch 1 is also in x",
+        "warning",
+        "not loaded: duplicate",
+    )
     create_ingest_errors(con, [loaded_with_warning])
     assert checks.unloaded_input(con).passed
-    con.executemany("insert into ingest_errors values (?, ?, ?, ?, ?, ?, ?)", [
-        ("run_b/epoch_003_results.json", "run_b", 3, "bad_json", "truncated at byte 40", "error",
-         "quarantined: not loaded"),
-        (None, None, None, "release_problem", "release /gone does not exist", "error", "skipped"),
-    ])
+    con.executemany(
+        "insert into ingest_errors values (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                "run_b/epoch_003_results.json",
+                "run_b",
+                3,
+                "bad_json",
+                "truncated at byte 40",
+                "error",
+                "quarantined: not loaded",
+            ),
+            (None, None, None, "release_problem", "release /gone does not exist", "error", "skipped"),
+        ],
+    )
     result = checks.unloaded_input(con)
     assert (result.passed, result.severity, result.metadata["count"].value) == (False, dg.AssetCheckSeverity.WARN, 2)
-    assert result.description == ("2 input file(s) or entries not loaded: release /gone does not exist, "
-                                  "run_b/epoch_003_results.json")
+    assert result.description == (
+        "2 input file(s) or entries not loaded: release /gone does not exist, run_b/epoch_003_results.json"
+    )
     assert [row["error_kind"] for row in result.metadata["examples"].value] == ["release_problem", "bad_json"]
 
 
@@ -166,23 +201,30 @@ def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp
     with open_build_db(tmp_path) as con:
         create_staging(con, EPOCHS, RUNS)  # run_a misses epoch 2: no_epoch_gaps fails
         build_marts(con, {"bootstrap_reps": 10})
-        con.execute("create table unloaded_epochs (run_id varchar, epoch bigint, reason varchar, source_path varchar,"
-                    " message varchar)")
+        con.execute(
+            "create table unloaded_epochs (run_id varchar, epoch bigint, reason varchar, source_path varchar,"
+            " message varchar)"
+        )
         create_ingest_errors(con, [])
-        con.execute("insert into bookkeeping.model_state select table_name, 'fp-' || table_name, now()"
-                    " from duckdb_tables() where schema_name = 'main'")
+        con.execute(
+            "insert into bookkeeping.model_state select table_name, 'fp-' || table_name, now()"
+            " from duckdb_tables() where schema_name = 'main'"
+        )
     executed = []
     examples = checks._examples
-    monkeypatch.setattr(checks, "_examples", lambda con, sql, params=None: executed.append(sql) or examples(
-        con, sql, params))
+    monkeypatch.setattr(
+        checks, "_examples", lambda con, sql, params=None: executed.append(sql) or examples(con, sql, params)
+    )
     warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
 
     def evaluate_all() -> dict[str, dg.AssetCheckResult]:
         return {r.check_name: r for model in checks.MODEL_CHECKS for r in checks.evaluate_checks(model, warehouse)}
 
     def summary(results):
-        return {name: (r.passed, r.severity, r.description, {k: v.value for k, v in r.metadata.items()})
-                for name, r in results.items()}
+        return {
+            name: (r.passed, r.severity, r.description, {k: v.value for k, v in r.metadata.items()})
+            for name, r in results.items()
+        }
 
     first = evaluate_all()
     assert len(executed) == sum(map(len, checks.MODEL_CHECKS.values()))  # one query per check

@@ -70,11 +70,12 @@ def test_numpy_pieces_match_statsmodels_and_scipy():
     curve = ar1_curves(seed=5, runs=1, epochs=90, phi=0.7, trend=True)
     epochs = np.arange(90.0)
     residuals = intervals.detrend(curve, epochs)[0]
-    design = np.column_stack([np.ones(90), epochs, epochs ** 2])
+    design = np.column_stack([np.ones(90), epochs, epochs**2])
     ols = curve[0] - design @ np.linalg.lstsq(design, curve[0], rcond=None)[0]
     assert residuals == pytest.approx(ols, abs=1e-12)
-    assert intervals.autocovariances(residuals[None], 2)[0] == pytest.approx(acovf(residuals, nlag=2, fft=False),
-                                                                            rel=1e-12)
+    assert intervals.autocovariances(residuals[None], 2)[0] == pytest.approx(
+        acovf(residuals, nlag=2, fft=False), rel=1e-12
+    )
     for df in (2.0, 2.7, 4.0, 9.5, 30.0, 1e4):
         assert intervals.t_quantile(0.025, df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=5e-4)
         assert intervals.t_quantile(0.05, df) == pytest.approx(scipy_stats.t.ppf(0.95, df), rel=5e-4)
@@ -85,16 +86,18 @@ def test_sql_quantile_macros_match_scipy():
     con.execute(FUNCTIONS_SQL)
     for p in (1e-4, 0.01, 0.025, 0.3, 0.975, 0.999):
         assert con.execute("select normal_quantile(?)", [p]).fetchone()[0] == pytest.approx(
-            scipy_stats.norm.ppf(p), rel=1e-8)
+            scipy_stats.norm.ppf(p), rel=1e-8
+        )
     for df in (2.0, 3.3, 7.0, 60.0):
         assert con.execute("select t_quantile(0.025, ?::double)", [df]).fetchone()[0] == pytest.approx(
-            scipy_stats.t.ppf(0.975, df), rel=5e-4)
+            scipy_stats.t.ppf(0.975, df), rel=5e-4
+        )
 
 
 def test_window_variance_equals_the_double_sum_of_ar1_covariances():
     drift, phi, noise, n = 0.3, 0.85, 0.05, 7
     lags = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    direct = (drift * phi ** lags).sum() / n ** 2 + noise / n
+    direct = (drift * phi**lags).sum() / n**2 + noise / n
     assert intervals.window_variance(np.array(drift), np.array(phi), np.array(noise), n) == pytest.approx(direct)
 
 
@@ -104,7 +107,7 @@ def test_study_bartlett_reference_matches_arch():
     values = ar1_curves(seed=8, runs=1, epochs=200, phi=0.6)
     gamma = intervals.autocovariances(values, 1)[0]
     rho = gamma[1] / gamma[0]
-    bandwidth = 1.1447 * (4 * rho ** 2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * 200) ** (1 / 3)
+    bandwidth = 1.1447 * (4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * 200) ** (1 / 3)
     expected = Bartlett(values[0], bandwidth=bandwidth).cov.long_run[0, 0]
     assert study.bartlett_variance(values, 1)[0][0] == pytest.approx(expected, rel=1e-9)
 
@@ -123,8 +126,12 @@ def test_iqm_and_effective_n_by_hand():
     # Alternating around a flat line: the residuals' lag-1 autocovariance is negative, so φ = 0 and the window mean's
     # variance is γ0/n: effective n is exactly the window's size.
     alternating = [0.0, 1.0] * 6
-    create_staging(con, _window_run("eight", eight) + _window_run("five", five) + _window_run("alt", alternating),
-                   [("eight", "e", 1), ("five", "f", 1), ("alt", "a", 1)], extras=False)
+    create_staging(
+        con,
+        _window_run("eight", eight) + _window_run("five", five) + _window_run("alt", alternating),
+        [("eight", "e", 1), ("five", "f", 1), ("alt", "a", 1)],
+        extras=False,
+    )
     build_marts(con, {"final_window": 8})
     summary = {r["run_id"]: r for r in rows(con, "select * from run_summary")}
     assert summary["eight"]["matched_iqm"] == pytest.approx(1.9 / 4)
@@ -143,7 +150,9 @@ def test_iqm_and_effective_n_by_hand():
     half = scipy_stats.t.ppf(0.975, 4) * np.std(window, ddof=1) / np.sqrt(5)
     assert summary["five"]["matched_effective_n"] == 5
     assert (summary["five"]["matched_ci_low"], summary["five"]["matched_ci_high"]) == (
-        pytest.approx(np.mean(window) - half, rel=1e-6), pytest.approx(np.mean(window) + half, rel=1e-6))
+        pytest.approx(np.mean(window) - half, rel=1e-6),
+        pytest.approx(np.mean(window) + half, rel=1e-6),
+    )
 
 
 def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
@@ -153,10 +162,22 @@ def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
     con = duckdb.connect()
     values = {"l0": 0.0, "l1": 1.0, "h0": 2.0, "h1": 3.0, "solo": 5.0, "x0": 20.0, "x1": 21.0, "y0": 0.0, "y1": 0.5}
     documents = [doc for run, value in values.items() for doc in _window_run(run, [value] * 6)]
-    create_staging(con, documents, [("l0", "abl", 1, "low"), ("l1", "abl", 1, "low"), ("h0", "abl", 1, "high"),
-                                    ("h1", "abl", 1, "high"), ("solo", "abl", 1, "one"), ("x0", "other", 1, "low"),
-                                    ("x1", "other", 1, "low"), ("y0", "other", 1, "high"),
-                                    ("y1", "other", 1, "high")], extras=False)
+    create_staging(
+        con,
+        documents,
+        [
+            ("l0", "abl", 1, "low"),
+            ("l1", "abl", 1, "low"),
+            ("h0", "abl", 1, "high"),
+            ("h1", "abl", 1, "high"),
+            ("solo", "abl", 1, "one"),
+            ("x0", "other", 1, "low"),
+            ("x1", "other", 1, "low"),
+            ("y0", "other", 1, "high"),
+            ("y1", "other", 1, "high"),
+        ],
+        extras=False,
+    )
     build_marts(con, {"final_window": 4})
     found = rows(con, "select * from ablation_contrasts")
     contrasts = {(r["run_a"], r["run_b"]): r for r in found if r["ablation"] == "abl"}
@@ -164,7 +185,11 @@ def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
     assert set(contrasts) == {("high", "low"), ("high", "solo"), ("low", "solo")}
     pair = contrasts["high", "low"]
     assert (pair["unit"], pair["ci_method"], pair["n_runs_a"], pair["n_runs_b"]) == (
-        "runs", "stratified bootstrap", 2, 2)
+        "runs",
+        "stratified bootstrap",
+        2,
+        2,
+    )
     assert pair["delta"] == pytest.approx(0.5 - 2.5)
     assert (pair["ci_low"], pair["ci_high"]) == (pytest.approx(-3), pytest.approx(-1))
     assert pair["resolved"] is True
@@ -186,16 +211,22 @@ def test_ar1_intervals_are_the_same_at_any_thread_count():
         documents, runs = ablation_epochs(curves, 3)
         create_staging(con, documents, runs, extras=False)
         build_marts(con, {"final_window": WINDOW, "bootstrap_reps": 10})
-        return [con.execute(f"select * from {table} order by all").fetchall()
-                for table in ("run_summary", "ablation_contrasts")]
+        return [
+            con.execute(f"select * from {table} order by all").fetchall()
+            for table in ("run_summary", "ablation_contrasts")
+        ]
 
     assert tables(4) == tables(1)
 
 
 def test_two_flat_windows_have_no_interval_and_resolve_nothing():
     con = duckdb.connect()
-    create_staging(con, _window_run("flat_a", [0.5] * 8) + _window_run("flat_b", [0.75] * 8),
-                   [("flat_a", "abl", 1), ("flat_b", "abl", 1)], extras=False)
+    create_staging(
+        con,
+        _window_run("flat_a", [0.5] * 8) + _window_run("flat_b", [0.75] * 8),
+        [("flat_a", "abl", 1), ("flat_b", "abl", 1)],
+        extras=False,
+    )
     build_marts(con, {"final_window": 4})
     (pair,) = rows(con, "select * from ablation_contrasts")
     assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"]) == (0.25, None, None, False)

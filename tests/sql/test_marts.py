@@ -18,15 +18,32 @@ def approx(value):
 
 def test_epoch_metrics_contract_columns_come_first(warehouse_con):
     columns = [c[0] for c in warehouse_con.execute("select * from epoch_metrics limit 0").description]
-    assert columns[:11] == ["run_id", "epoch", "n_trajectories", "n_groups", "mean_reward", "reported_mean_reward",
-                            "reward_std", "mean_group_reward_std", "frac_zero_std_groups", "reward_ema",
-                            "reward_rolling"]
+    assert columns[:11] == [
+        "run_id",
+        "epoch",
+        "n_trajectories",
+        "n_groups",
+        "mean_reward",
+        "reported_mean_reward",
+        "reward_std",
+        "mean_group_reward_std",
+        "frac_zero_std_groups",
+        "reward_ema",
+        "reward_rolling",
+    ]
 
 
 def test_epoch_metrics_by_hand(warehouse_con):
     metrics = by_key(warehouse_con, "epoch_metrics", "run_id", "epoch")
-    assert sorted(metrics) == [("run_a", 0), ("run_a", 1), ("run_a", 3), ("run_b", 0), ("run_b", 1), ("run_b", 2),
-                               ("run_c", 0)]
+    assert sorted(metrics) == [
+        ("run_a", 0),
+        ("run_a", 1),
+        ("run_a", 3),
+        ("run_b", 0),
+        ("run_b", 1),
+        ("run_b", 2),
+        ("run_c", 0),
+    ]
     a0, a1, a3 = metrics["run_a", 0], metrics["run_a", 1], metrics["run_a", 3]
     # run_a epoch 0: rewards 1, 0, .5, .5 -> mean 2/4; deviations .5, -.5, 0, 0 -> SS .5, /3 -> std sqrt(1/6);
     # groups (1, 0) and (.5, .5): one of two has no spread.
@@ -54,7 +71,10 @@ def test_epoch_metrics_by_hand(warehouse_con):
     # Rolling mean over the epoch and 1 loaded epoch before it (the gap at epoch 2 is skipped):
     # .5; (.5 + 2/3)/2 = 7/12; (2/3 + .75)/2 = 17/24.
     assert [a0["reward_rolling"], a1["reward_rolling"], a3["reward_rolling"]] == [
-        approx(0.5), approx(7 / 12), approx(17 / 24)]
+        approx(0.5),
+        approx(7 / 12),
+        approx(17 / 24),
+    ]
     # run_b: means .25, .75, .5; EMA .25; (.0625 + .375)/.75 = 7/12; (.21875 + .25)/.875 = 15/28.
     b = [metrics["run_b", e] for e in (0, 1, 2)]
     assert [m["mean_reward"] for m in b] == [approx(0.25), approx(0.75), approx(0.5)]
@@ -66,9 +86,11 @@ def test_epoch_metrics_by_hand(warehouse_con):
 def test_frac_zero_std_groups_leaves_out_groups_of_fewer_than_two_finite_rewards():
     # Group size 2, four groups: (.5, .5) flat; (1, 0) with spread; (1, NaN) one finite reward; (NaN, inf) none.
     # Only the first two can have a spread at all: one flat of two -> 1/2 (1/3 or 1/4 if the others counted).
-    docs = [epoch("run", 0, [0.5, 0.5, 1.0, 0.0, 1.0, NAN, NAN, math.inf], [0.0] * 8),
-            # (1, 1) flat and (0, NaN): one flat of one -> 1 (1/2 if the single finite reward counted)
-            epoch("run", 1, [1.0, 1.0, 0.0, NAN], [0.0] * 4)]
+    docs = [
+        epoch("run", 0, [0.5, 0.5, 1.0, 0.0, 1.0, NAN, NAN, math.inf], [0.0] * 8),
+        # (1, 1) flat and (0, NaN): one flat of one -> 1 (1/2 if the single finite reward counted)
+        epoch("run", 1, [1.0, 1.0, 0.0, NAN], [0.0] * 4),
+    ]
     con = duckdb.connect()
     create_staging(con, docs, [("run", "abl", 2)])
     build_marts(con)
@@ -103,18 +125,26 @@ def test_run_summary_by_hand(warehouse_con):
     assert (a["matched_horizon"], b["matched_horizon"]) == (2, 2)
     assert a["matched_reward"] == approx((0.5 + 2 / 3) / 2)
     assert (a["final_snapshot_id"], a["best_snapshot_id"], a["matched_snapshot_id"]) == (
-        "snap_run_a_3", "snap_run_a_3", "snap_run_a_1")
+        "snap_run_a_3",
+        "snap_run_a_3",
+        "snap_run_a_1",
+    )
     assert (b["missing_epochs"], b["final_reward"], b["auc_reward"]) == (0, approx(0.625), approx(0.5))
     assert (b["peak_reward_ema"], b["peak_epoch"], b["matched_reward"]) == (approx(7 / 12), 1, approx(0.625))
     assert (b["final_snapshot_id"], b["best_snapshot_id"], b["matched_snapshot_id"]) == (
-        "snap_run_b_2", "snap_run_b_1", "snap_run_b_2")
+        "snap_run_b_2",
+        "snap_run_b_1",
+        "snap_run_b_2",
+    )
     # run_c is alone in its ablation: its own last epoch is the horizon
     assert (c["matched_horizon"], c["matched_reward"], c["final_reward"]) == (0, approx(0.5), approx(0.5))
 
 
 def test_snapshots_roles_and_model_names(warehouse_con):
-    got = {(r["run_id"], r["role"]): (r["epoch"], r["snapshot_id"], r["model_name"])
-           for r in rows(warehouse_con, "select * from snapshots")}
+    got = {
+        (r["run_id"], r["role"]): (r["epoch"], r["snapshot_id"], r["model_name"])
+        for r in rows(warehouse_con, "select * from snapshots")
+    }
     assert len(got) == 9
     assert got["run_a", "final"] == (3, "snap_run_a_3", "model-snap_run_a_3")
     assert got["run_a", "best"] == (3, "snap_run_a_3", "model-snap_run_a_3")
@@ -222,8 +252,9 @@ def test_reward_ema_matches_tensorboard_with_a_nan_epoch(weight):
     build_marts(con, {"ema_weight": weight})
     got = con.execute("select mean_reward, reward_ema from epoch_metrics order by epoch").fetchall()
     # an epoch with no finite reward has no spread of any kind (TRL would log NaN)
-    assert con.execute("select reward_std, mean_group_reward_std, frac_zero_std_groups from epoch_metrics "
-                       "where epoch = 12").fetchone() == (None, None, None)
+    assert con.execute(
+        "select reward_std, mean_group_reward_std, frac_zero_std_groups from epoch_metrics where epoch = 12"
+    ).fetchone() == (None, None, None)
     con.close()
     means = [m for m, _ in got]
     assert means[10] is None  # epoch 12 is the 11th loaded epoch
@@ -243,8 +274,10 @@ def test_reward_ema_does_not_overflow_on_a_long_run():
 
 
 def test_reward_breakdowns_by_hand(warehouse_con):
-    got = {(r["run_id"], r["window_start"], r["breakdown"], r["level"]): r
-           for r in rows(warehouse_con, "select * from reward_breakdowns")}
+    got = {
+        (r["run_id"], r["window_start"], r["breakdown"], r["level"]): r
+        for r in rows(warehouse_con, "select * from reward_breakdowns")
+    }
     assert {key[0] for key in got} == {"run_a"}  # the other runs have no extras
     # window 0-1 (epochs 0, 1): target x = 1, .5, 1, 1; y = 0, .5, NaN, 0 -> mean of the finite ones 1/6
     x, y = got["run_a", 0, "target_model", "x"], got["run_a", 0, "target_model", "y"]

@@ -6,8 +6,17 @@ import pytest
 from pipelines.models import ModelError, header_comment, load_models, run_model
 from pipelines.warehouse_db import LAKE_VIEWS
 
-MARTS = ["epoch_metrics", "group_metrics", "run_summary", "snapshots", "ablation_contrasts", "reward_breakdowns",
-         "matched_window_values", "bootstrap_means", "epoch_trajectory_counts"]
+MARTS = [
+    "epoch_metrics",
+    "group_metrics",
+    "run_summary",
+    "snapshots",
+    "ablation_contrasts",
+    "reward_breakdowns",
+    "matched_window_values",
+    "bootstrap_means",
+    "epoch_trajectory_counts",
+]
 
 
 def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
@@ -17,8 +26,12 @@ def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
         assert len(models[name].description) > 40
     assert set(models["epoch_metrics"].model_deps) == {"fact_epochs", "fact_trajectories", "group_metrics"}
     assert set(models["run_summary"].model_deps) == {"epoch_metrics", "fact_epochs", "dim_runs"}
-    assert set(models["ablation_contrasts"].model_deps) == {"run_summary", "matched_window_values", "bootstrap_means",
-                                                            "dim_runs"}
+    assert set(models["ablation_contrasts"].model_deps) == {
+        "run_summary",
+        "matched_window_values",
+        "bootstrap_means",
+        "dim_runs",
+    }
     assert set(models["matched_window_values"].model_deps) == {"run_summary", "epoch_metrics"}
     assert models["bootstrap_means"].model_deps == ("matched_window_values",)
     assert models["snapshots"].model_deps == ("run_summary",)
@@ -76,18 +89,25 @@ models:
     model = load_models(tmp_path)["scores"]
     assert model.incremental_key == "run_id"
     assert [(c.name, c.data_type, c.description, c.tests) for c in model.columns] == [
-        ("run_id", "varchar", "The run.", ("unique", "not_null")), ("score", "double", "Its score.", ())]
+        ("run_id", "varchar", "The run.", ("unique", "not_null")),
+        ("score", "double", "Its score.", ()),
+    ]
     assert model.unique_combinations == (("run_id", "score"),)
     assert model.columns_from == ("lake.runs",)
 
 
-@pytest.mark.parametrize("declaration, refusal", [
-    ("  - name: nowhere\n", r"`nowhere` has no SQL file"),
-    ("  - name: scores\n    columns:\n      - name: run_id\n", r"column `run_id` needs a description"),
-    ("  - name: scores\n    columns:\n      - {name: run_id, description: x, data_tests: [accepted_values]}\n",
-     r"column `run_id`.*among unique, not_null"),
-    ("  - name: scores\n    data_tests: [unique]\n", r"data_tests are dbt_utils.unique_combination_of_columns"),
-])
+@pytest.mark.parametrize(
+    "declaration, refusal",
+    [
+        ("  - name: nowhere\n", r"`nowhere` has no SQL file"),
+        ("  - name: scores\n    columns:\n      - name: run_id\n", r"column `run_id` needs a description"),
+        (
+            "  - name: scores\n    columns:\n      - {name: run_id, description: x, data_tests: [accepted_values]}\n",
+            r"column `run_id`.*among unique, not_null",
+        ),
+        ("  - name: scores\n    data_tests: [unique]\n", r"data_tests are dbt_utils.unique_combination_of_columns"),
+    ],
+)
 def test_a_schema_yml_the_loader_cannot_honour_is_refused_naming_it(tmp_path, declaration, refusal):
     (tmp_path / "marts").mkdir()
     (tmp_path / "marts" / "scores.sql").write_text("select 'a' as run_id\n")

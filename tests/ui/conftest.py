@@ -50,7 +50,11 @@ def dagster_ui(tmp_path_factory) -> DagsterUI:
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [str(venv_bin / "dg"), "dev", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
     ui = DagsterUI(f"http://127.0.0.1:{port}", process, log, warehouse, release)

@@ -25,8 +25,11 @@ def page_text(driver) -> str:
 
 
 def automation_runs(runs: list[dict]) -> list[dict]:
-    return [run for run in runs if any(t["key"] == "dagster/sensor_name" and t["value"] == AUTOMATION_SENSOR
-                                       for t in run["tags"])]
+    return [
+        run
+        for run in runs
+        if any(t["key"] == "dagster/sensor_name" and t["value"] == AUTOMATION_SENSOR for t in run["tags"])
+    ]
 
 
 def tags(run: dict) -> dict[str, str]:
@@ -50,10 +53,14 @@ def ingest_a_new_epoch(dagster_ui) -> dict:
     path.parent.mkdir()
     path.write_text(json.dumps(epoch_document(2, 8)))
     os.utime(path, (LONG_AGO, LONG_AGO))
-    [ingest] = dagster_ui.wait_for_runs("the sensor's ingest run", lambda runs: [
-        run for run in runs if run["runId"] not in before and run["jobName"] == "ingest_runs"])
-    follow = dagster_ui.wait_for_runs("the automation run after the ingest", lambda runs: [
-        run for run in automation_runs(runs) if run["runId"] not in before])
+    [ingest] = dagster_ui.wait_for_runs(
+        "the sensor's ingest run",
+        lambda runs: [run for run in runs if run["runId"] not in before and run["jobName"] == "ingest_runs"],
+    )
+    follow = dagster_ui.wait_for_runs(
+        "the automation run after the ingest",
+        lambda runs: [run for run in automation_runs(runs) if run["runId"] not in before],
+    )
     return {"ingest": ingest, "automation": follow}
 
 

@@ -35,6 +35,7 @@ def test_column_descriptions_show_before_the_first_materialization(dagster_ui, b
     open_page(browser, f"{dagster_ui.url}/assets/fact_epochs", "Columns", "Length of the document's trajectory arrays")
     screenshot(browser, "columns_before_materialization")
 
+
 def test_materialize_all_in_the_browser(dagster_ui, browser):
     from selenium.webdriver.common.by import By
 
@@ -79,7 +80,8 @@ def test_a_quarantined_file_turns_its_check_to_a_warning_naming_it(dagster_ui, m
     assert evaluation["description"] == f"1 input file(s) or entries not loaded: {RUN_A}/{BROKEN_FILE}"
     examples = json.loads(next(e["jsonString"] for e in evaluation["metadataEntries"] if e["label"] == "examples"))
     assert [(row["source_path"], row["error_kind"]) for row in examples] == [
-        (f"{RUN_A}/{BROKEN_FILE}", "truncated_json")]
+        (f"{RUN_A}/{BROKEN_FILE}", "truncated_json")
+    ]
     open_page(browser, f"{dagster_ui.url}/assets/ingest_errors?view=checks", "input_loaded", BROKEN_FILE)
     screenshot(browser, "quarantined_file_check")
 
@@ -88,7 +90,9 @@ def test_a_partition_page_shows_its_own_counts(dagster_ui, materialized, browser
     # By hand from the fixture release: run a has 3 loaded epochs of 4 trajectories and 1 quarantined file; run b
     # 2 epochs of 8. Both were materialized by one run over the two partitions.
     own = {run: dagster_ui.materializations(["lake", "epochs"], [run])[0]["metadata"] for run in (RUN_A, RUN_B)}
-    assert {run: (m["grpo/epochs"], m["grpo/trajectories"], m["grpo/files_quarantined"], m["dagster/row_count"])
-            for run, m in own.items()} == {RUN_A: (3, 12, 1, 3), RUN_B: (2, 16, 0, 2)}
+    assert {
+        run: (m["grpo/epochs"], m["grpo/trajectories"], m["grpo/files_quarantined"], m["dagster/row_count"])
+        for run, m in own.items()
+    } == {RUN_A: (3, 12, 1, 3), RUN_B: (2, 16, 0, 2)}
     open_page(browser, f"{dagster_ui.url}/assets/lake/epochs?view=partitions&partition={RUN_A}", "grpo/epochs")
     screenshot(browser, "partition_own_counts")

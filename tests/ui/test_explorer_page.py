@@ -31,8 +31,10 @@ def offline_browser(tmp_path):
     driver = start_chromium(tmp_path, {"goog:loggingPrefs": {"browser": "ALL", "performance": "ALL"}})
     driver.set_script_timeout(READY_TIMEOUT)
     driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
-        "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+    driver.execute_cdp_cmd(
+        "Network.emulateNetworkConditions",
+        {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0},
+    )
     try:
         yield driver
     finally:
@@ -43,18 +45,25 @@ def drawn_rows(driver, section: int, run_id: str) -> dict[int, dict]:
     """The rows the reward chart of a section is drawing for a run, by epoch (the page's own data)."""
     rows = driver.execute_script(
         "return window.explorer.sections[arguments[0]].views.curves.data('epochs')"
-        ".filter(r => r.run_id === arguments[1]).map(r => [r.epoch, r.reward, r.smoothed]);", section, run_id)
+        ".filter(r => r.run_id === arguments[1]).map(r => [r.epoch, r.reward, r.smoothed]);",
+        section,
+        run_id,
+    )
     return {epoch: {"reward": reward, "smoothed": smoothed} for epoch, reward, smoothed in rows}
 
 
 def marks_of(driver, section: int, colour: str) -> int:
     """SVG marks of the reward and signal panels stroked or filled in a run's colour."""
-    return driver.execute_script("""
+    return driver.execute_script(
+        """
         const colour = arguments[1].toLowerCase();
         const svg = document.querySelector(`#ablation-${arguments[0]} .curves svg`);
         return [...svg.querySelectorAll('path, circle')].filter(node =>
             (node.getAttribute('stroke') || '').toLowerCase() === colour ||
-            (node.getAttribute('fill') || '').toLowerCase() === colour).length;""", section, colour)
+            (node.getAttribute('fill') || '').toLowerCase() === colour).length;""",
+        section,
+        colour,
+    )
 
 
 def wait_until(driver, script: str, what: str, *args, timeout: float = 10):
@@ -78,20 +87,28 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     assert page.stat().st_size < PAGE_BUDGET
     with duckdb.connect(str(sample_warehouse / "warehouse.duckdb"), read_only=True) as con:
         runs = con.sql("select run_id, ablation from dim_runs order by run_id").fetchall()
-        ablations = [a for a, in con.sql("select ablation from dim_runs group by 1 order by count(*) desc, 1")
-                     .fetchall()]
-        epochs = con.sql("select m.run_id, m.epoch, m.mean_reward, m.reward_ema, e.snapshot_id from epoch_metrics m "
-                         "join fact_epochs e using (run_id, epoch) order by m.run_id, m.epoch").fetchall()
+        ablations = [
+            a for (a,) in con.sql("select ablation from dim_runs group by 1 order by count(*) desc, 1").fetchall()
+        ]
+        epochs = con.sql(
+            "select m.run_id, m.epoch, m.mean_reward, m.reward_ema, e.snapshot_id from epoch_metrics m "
+            "join fact_epochs e using (run_id, epoch) order by m.run_id, m.epoch"
+        ).fetchall()
 
     driver.get(page.as_uri())
-    assert driver.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "window.explorer.ready.then(() => done(true), error => done(String(error)));") is True
+    assert (
+        driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "window.explorer.ready.then(() => done(true), error => done(String(error)));"
+        )
+        is True
+    )
     sections = driver.execute_script("return window.explorer.sections.map(s => s.ablation.name)")
     assert sections == ablations
     colours = driver.execute_script(
         "return Object.fromEntries(window.explorer.sections"
-        ".flatMap(s => s.ablation.runs.map(r => [r.run_id, r.colour])))")
+        ".flatMap(s => s.ablation.runs.map(r => [r.run_id, r.colour])))"
+    )
     assert sorted(colours) == [run for run, _ in runs]
     for run, ablation in runs:  # every run of every ablation is drawn: its points, its line
         assert marks_of(driver, ablations.index(ablation), colours[run]) > 100, run
@@ -106,8 +123,11 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     assert all(row["smoothed"] == row["reward"] for row in drawn_rows(driver, 0, run).values())
 
     # Back to the configured weight: the line is reward_ema, and TensorBoard's formula computed here.
-    driver.execute_script("arguments[0].value = arguments[1];"
-                          "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", slider, str(weight))
+    driver.execute_script(
+        "arguments[0].value = arguments[1];arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
+        slider,
+        str(weight),
+    )
     wait_until(driver, "return window.explorer.weight === arguments[0]", "the configured weight", weight)
     time.sleep(0.2)
     for run_id in {r for r, _, _, _, _ in epochs}:
@@ -121,7 +141,8 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     # Hover: the readout names the epoch under the pointer, each run's values there and its snapshot's model.
     left, top, width = driver.execute_script(
         "const svg = document.querySelector('#ablation-0 .curves svg'); svg.scrollIntoView();"
-        "const box = svg.getBoundingClientRect(); return [box.left, box.top, box.width];")
+        "const box = svg.getBoundingClientRect(); return [box.left, box.top, box.width];"
+    )
     pointer = ActionBuilder(driver)
     pointer.pointer_action.move_to_location(int(left + 0.6 * width), int(top + 200))  # in the reward panel
     pointer.perform()
@@ -136,24 +157,34 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     driver.save_screenshot(str(ARTIFACTS / "explorer_hover.png"))
 
     # The side panels share the hover: the readout follows the pointer into the flat-groups panel.
-    flat = driver.execute_script("const box = document.querySelector('#ablation-0 .flat_strips_voronoi')"
-                                 ".getBoundingClientRect(); return [box.left, box.top, box.width, box.height];")
+    flat = driver.execute_script(
+        "const box = document.querySelector('#ablation-0 .flat_strips_voronoi')"
+        ".getBoundingClientRect(); return [box.left, box.top, box.width, box.height];"
+    )
     pointer.pointer_action.move_to_location(int(flat[0] + 0.3 * flat[2]), int(flat[1] + 0.5 * flat[3]))
     pointer.perform()
-    wait_until(driver, "return !document.querySelector('#ablation-0 .readout').hidden"
-                       " && !document.querySelector('#ablation-0 .readout').innerText.startsWith(arguments[0])",
-               "the readout of another epoch", f"epoch {hovered}\n")
+    wait_until(
+        driver,
+        "return !document.querySelector('#ablation-0 .readout').hidden"
+        " && !document.querySelector('#ablation-0 .readout').innerText.startsWith(arguments[0])",
+        "the readout of another epoch",
+        f"epoch {hovered}\n",
+    )
 
     # The wheel zooms the epoch axis of every panel at once.
     pointer.pointer_action.move_to_location(5, 5)
     pointer.perform()
-    ActionChains(driver).scroll_from_origin(ScrollOrigin.from_viewport(int(left + 0.7 * width), int(top + 200)),
-                                            0, -300).perform()
-    wait_until(driver, "return (window.explorer.sections[0].views.curves.signal('zoom') || {}).epoch",
-               "a zoomed epoch axis")
-    zoomed = driver.execute_script("const view = window.explorer.sections[0].views.curves;"
-                                   "return [view.signal('zoom').epoch, view.scale('reward_x').domain(),"
-                                   " view.scale('flat_x').domain(), view.scale('entropy_x').domain()];")
+    ActionChains(driver).scroll_from_origin(
+        ScrollOrigin.from_viewport(int(left + 0.7 * width), int(top + 200)), 0, -300
+    ).perform()
+    wait_until(
+        driver, "return (window.explorer.sections[0].views.curves.signal('zoom') || {}).epoch", "a zoomed epoch axis"
+    )
+    zoomed = driver.execute_script(
+        "const view = window.explorer.sections[0].views.curves;"
+        "return [view.signal('zoom').epoch, view.scale('reward_x').domain(),"
+        " view.scale('flat_x').domain(), view.scale('entropy_x').domain()];"
+    )
     span = max(e[1] for e in epochs if dict(runs)[e[0]] == multi) - min(e[1] for e in epochs)
     assert zoomed[0][1] - zoomed[0][0] < 0.9 * span
     assert zoomed[1] == pytest.approx(zoomed[0]) and zoomed[2] == pytest.approx(zoomed[0])
@@ -178,9 +209,11 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
 
     # Nothing was fetched: every request of the page was the page itself.
     events = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
-    requested = [event["params"]["request"]["url"] for event in events
-                 if event["method"] == "Network.requestWillBeSent"
-                 and event["params"].get("documentURL") == page.as_uri()]  # not the browser's own new-tab page
+    requested = [
+        event["params"]["request"]["url"]
+        for event in events
+        if event["method"] == "Network.requestWillBeSent" and event["params"].get("documentURL") == page.as_uri()
+    ]  # not the browser's own new-tab page
     assert requested and all(url == page.as_uri() or url.startswith("data:") for url in requested), requested
     errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []

@@ -38,8 +38,11 @@ def test_materialize_all_builds_the_warehouse(dagster_ui, materialized):
     warehouse = dagster_ui.warehouse
     # By hand from the fixture: run a has epochs 0..2 of 4 trajectories (rewards 0, .25, .5, .75),
     # run b epochs 0..1 of 8 trajectories (rewards 0, 1/8, ..., 7/8); run a's epoch 3 file is truncated.
-    assert query(warehouse, "select run_id, count(*), min(epoch), max(epoch) from fact_epochs group by 1 order by 1") == [
-        (RUN_A, 3, 0, 2), (RUN_B, 2, 0, 1),
+    assert query(
+        warehouse, "select run_id, count(*), min(epoch), max(epoch) from fact_epochs group by 1 order by 1"
+    ) == [
+        (RUN_A, 3, 0, 2),
+        (RUN_B, 2, 0, 1),
     ]
     rows = query(warehouse, "select run_id, count(*), sum(reward) from fact_trajectories group by 1 order by 1")
     assert [(r[0], r[1]) for r in rows] == [(RUN_A, 12), (RUN_B, 16)]
@@ -60,6 +63,7 @@ def test_second_materialization_while_a_reader_is_open(dagster_ui, materialized)
         # The reader keeps the snapshot it opened; the new file is swapped in beside it.
         assert reader.execute("select count(*) from fact_epochs").fetchone() == (3 + 2,)
     assert query(dagster_ui.warehouse, "select run_id, count(*) from fact_epochs group by 1 order by 1") == [
-        (RUN_A, 4), (RUN_B, 2),
+        (RUN_A, 4),
+        (RUN_B, 2),
     ]
     assert query(dagster_ui.warehouse, "select count(*) from ingest_errors where severity = 'error'") == [(0,)]

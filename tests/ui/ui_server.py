@@ -67,9 +67,16 @@ ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM_FLAGS = [
     # As this machine runs Chromium (see .library/env/machines/python.md): no sandbox as root, no GPU, and none
     # of the background connections that a closed network refuses.
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1600,1000",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1600,1000",
 ]
 PAGE_TIMEOUT = 90
 REQUIRE_BROWSER = "GRPO_TESTS_REQUIRE_BROWSER"
@@ -197,9 +204,15 @@ class DagsterQueries:
             """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
                  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
                  ... on InvalidSubsetError { message } ... on RunConfigValidationInvalid { errors { message } } } }""",
-            params={"selector": {**self.repository_selector(), "jobName": "__ASSET_JOB",
-                                 "assetSelection": [{"path": path} for path in paths]},
-                    "mode": "default", "executionMetadata": {"tags": [{"key": "dagster/from_ui", "value": "true"}]}},
+            params={
+                "selector": {
+                    **self.repository_selector(),
+                    "jobName": "__ASSET_JOB",
+                    "assetSelection": [{"path": path} for path in paths],
+                },
+                "mode": "default",
+                "executionMetadata": {"tags": [{"key": "dagster/from_ui", "value": "true"}]},
+            },
         )["launchRun"]
         assert result["__typename"] == "LaunchRunSuccess", result
         return result["run"]["runId"]
@@ -222,10 +235,13 @@ class DagsterQueries:
                  assetMaterializations(partitions: $partitions, limit: 20) { runId partition timestamp
                    metadataEntries { label ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } }
                  } } } }""",
-            key={"path": path}, partitions=partitions,
+            key={"path": path},
+            partitions=partitions,
         )["assetOrError"]
-        return [{**m, "metadata": {e["label"]: e.get("intValue", e.get("text")) for e in m["metadataEntries"]}}
-                for m in asset.get("assetMaterializations") or []]
+        return [
+            {**m, "metadata": {e["label"]: e.get("intValue", e.get("text")) for e in m["metadataEntries"]}}
+            for m in asset.get("assetMaterializations") or []
+        ]
 
     def column_schema(self, path: list[str]) -> list[dict]:
         """The column schema an asset's definition declares (shown before any materialization)."""
@@ -317,7 +333,9 @@ class DagsterUI(DagsterQueries):
                 """mutation($selector: RepositorySelector!, $name: String!, $key: String!) {
                      addDynamicPartition(repositorySelector: $selector, partitionsDefName: $name, partitionKey: $key) {
                        __typename ... on PythonError { message } ... on UnauthorizedError { message } } }""",
-                selector=self.repository_selector(), name=RUN_PARTITIONS, key=run_id,
+                selector=self.repository_selector(),
+                name=RUN_PARTITIONS,
+                key=run_id,
             )["addDynamicPartition"]
             assert result["__typename"] in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"), result
 
@@ -358,9 +376,9 @@ class DagsterUI(DagsterQueries):
         )["partitionBackfillOrError"]
 
     def latest_backfill_id(self) -> str | None:
-        data = self.graphql(
-            "{ partitionBackfillsOrError(limit: 1) { ... on PartitionBackfills { results { id } } } }"
-        )["partitionBackfillsOrError"]
+        data = self.graphql("{ partitionBackfillsOrError(limit: 1) { ... on PartitionBackfills { results { id } } } }")[
+            "partitionBackfillsOrError"
+        ]
         results = data.get("results") or []
         return results[0]["id"] if results else None
 
@@ -391,8 +409,11 @@ class DagsterUI(DagsterQueries):
                  ... on MessageEvent { message level stepKey } } } } }""",
             id=run_id,
         )["logsForRun"]
-        return "\n".join(f"{e.get('stepKey')}: {e['message']}" for e in data.get("events", [])
-                         if e.get("level") in ("ERROR", "CRITICAL"))
+        return "\n".join(
+            f"{e.get('stepKey')}: {e['message']}"
+            for e in data.get("events", [])
+            if e.get("level") in ("ERROR", "CRITICAL")
+        )
 
 
 def stop_process_group(process: subprocess.Popen, grace: float = 5.0) -> None:
@@ -415,4 +436,3 @@ def stop_process_group(process: subprocess.Popen, grace: float = 5.0) -> None:
                 return
             process.poll()  # reap the leader so it does not linger as a zombie of the group
             time.sleep(0.2)
-

@@ -58,8 +58,15 @@ order by m.run_id, m.epoch
 FIGURE_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary")
 REPORT_INPUTS = ("dim_runs", "run_summary", "ablation_contrasts", "snapshots")
 EXPLORER = "explorer"
-EXPLORER_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary", "ablation_contrasts", "snapshots",
-                   "reward_breakdowns")
+EXPLORER_INPUTS = (
+    "dim_runs",
+    "epoch_metrics",
+    "fact_epochs",
+    "run_summary",
+    "ablation_contrasts",
+    "snapshots",
+    "reward_breakdowns",
+)
 PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the event log
 
 
@@ -81,17 +88,16 @@ def exports_dir(warehouse: WarehouseConfig) -> Path:
     return warehouse.warehouse / "exports"
 
 
-def read_tables(warehouse: WarehouseConfig, queries: dict[str, str],
-                inputs=()) -> tuple[dict[str, pl.DataFrame], dict[str, str | None]]:
+def read_tables(
+    warehouse: WarehouseConfig, queries: dict[str, str], inputs=()
+) -> tuple[dict[str, pl.DataFrame], dict[str, str | None]]:
     """Runs each query on the build database (polars frames), with the fingerprints of the inputs, read together."""
-    with open_build_db(warehouse.warehouse, read_only=True,
-                       memory_limit=warehouse.duckdb_memory_limit) as con:
+    with open_build_db(warehouse.warehouse, read_only=True, memory_limit=warehouse.duckdb_memory_limit) as con:
         return {name: con.sql(query).pl() for name, query in queries.items()}, model_fingerprints(con, inputs)
 
 
 def inputs_fingerprint(warehouse: WarehouseConfig, inputs, params: dict) -> str | None:
-    with open_build_db(warehouse.warehouse, read_only=True,
-                       memory_limit=warehouse.duckdb_memory_limit) as con:
+    with open_build_db(warehouse.warehouse, read_only=True, memory_limit=warehouse.duckdb_memory_limit) as con:
         return export_fingerprint(model_fingerprints(con, inputs), params, CODE_VERSION)
 
 
@@ -103,15 +109,20 @@ def content_version(files: dict[str, bytes]) -> dg.DataVersion:
 
 
 def report_settings(warehouse: WarehouseConfig) -> ReportSettings:
-    return ReportSettings(final_window=warehouse.final_window, ci_level=warehouse.ci_level,
-                          ci_method=warehouse.ci_method, figures_folder=FIGURES)
+    return ReportSettings(
+        final_window=warehouse.final_window,
+        ci_level=warehouse.ci_level,
+        ci_method=warehouse.ci_method,
+        figures_folder=FIGURES,
+    )
 
 
 def kept_result(context: dg.AssetExecutionContext, entry: dict, metadata: dict) -> dg.MaterializeResult:
     """The result of an export whose inputs are unchanged since it was written: its last metadata, nothing redone."""
     context.log.info(f"inputs unchanged; {len(entry['files'])} file(s) kept")
-    return dg.MaterializeResult(metadata={**metadata, "grpo/unchanged": True},
-                                data_version=dg.DataVersion(entry["data_version"]))
+    return dg.MaterializeResult(
+        metadata={**metadata, "grpo/unchanged": True}, data_version=dg.DataVersion(entry["data_version"])
+    )
 
 
 def figure_digest(rows: tuple[pl.DataFrame, ...], params: dict) -> str:
@@ -135,8 +146,9 @@ def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: i
 FigurePlan = tuple[str, str, "dict[str, bytes] | None", "str | None"]  # key, digest, kept files, kept preview
 
 
-def plan_figures(tables: dict[str, pl.DataFrame], params: dict, before: dict, folder: Path,
-                 job) -> tuple[list[FigurePlan], list[FigureJob]]:
+def plan_figures(
+    tables: dict[str, pl.DataFrame], params: dict, before: dict, folder: Path, job
+) -> tuple[list[FigurePlan], list[FigureJob]]:
     """Per ablation, in the report's order, what it keeps from its last drawing, and the figures to draw.
 
     An ablation whose rows, parameters and code are those of its last drawing keeps its files: one changed run
@@ -172,8 +184,11 @@ def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, 
         files.update(drawn)
         if index < PREVIEWS_SHOWN:
             previews.append(preview)
-        ablations[key] = {"digest": digest, "files": {name: len(content) for name, content in drawn.items()},
-                          "preview": preview}
+        ablations[key] = {
+            "digest": digest,
+            "files": {name: len(content) for name, content in drawn.items()},
+            "preview": preview,
+        }
     return files, previews, ablations
 
 
@@ -184,39 +199,65 @@ def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, 
 )
 def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """One figure per ablation (PNG and SVG): reward curves, zero-variance groups and entropy of its runs."""
-    smoothing = Smoothing(ema_weight=warehouse.ema_weight, window=warehouse.rolling_window,
-                          band_level=warehouse.ci_level)
-    params = {"smoothing": dataclasses.asdict(smoothing), "final_window": warehouse.final_window, "previews": PREVIEWS_SHOWN}
+    smoothing = Smoothing(
+        ema_weight=warehouse.ema_weight, window=warehouse.rolling_window, band_level=warehouse.ci_level
+    )
+    params = {
+        "smoothing": dataclasses.asdict(smoothing),
+        "final_window": warehouse.final_window,
+        "previews": PREVIEWS_SHOWN,
+    }
     exports, folder = exports_dir(warehouse), exports_dir(warehouse) / FIGURES
-    entry = kept_entry(exports, ablation_figures.key.to_user_string(),
-                       inputs_fingerprint(warehouse, FIGURE_INPUTS, params))
+    entry = kept_entry(
+        exports, ablation_figures.key.to_user_string(), inputs_fingerprint(warehouse, FIGURE_INPUTS, params)
+    )
     if entry:
         # Not the preview again (up to a few hundred kB of images): every materialization's metadata is stored.
         meta = entry["metadata"]
         drawn = f"run `{meta['drawn_in_run'][:8]}`" if meta.get("drawn_in_run") else "an earlier materialization"
-        return kept_result(context, entry, figures_metadata(
-            folder, meta["files"], f"Figures unchanged since {drawn}, whose materialization shows them.", 0))
-    tables, inputs = read_tables(warehouse, {"runs": RUNS_SQL, "epochs": EPOCHS_SQL,
-                                             "summary": "select * from run_summary order by run_id"}, FIGURE_INPUTS)
+        return kept_result(
+            context,
+            entry,
+            figures_metadata(
+                folder, meta["files"], f"Figures unchanged since {drawn}, whose materialization shows them.", 0
+            ),
+        )
+    tables, inputs = read_tables(
+        warehouse,
+        {"runs": RUNS_SQL, "epochs": EPOCHS_SQL, "summary": "select * from run_summary order by run_id"},
+        FIGURE_INPUTS,
+    )
     before = recorded_metadata(exports, ablation_figures.key.to_user_string()).get("ablations", {})
-    plans, jobs = plan_figures(tables, params, before, folder,
-                               lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing,
-                                                                      warehouse.final_window, preview=shown))
+    plans, jobs = plan_figures(
+        tables,
+        params,
+        before,
+        folder,
+        lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing, warehouse.final_window, preview=shown),
+    )
     files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
     redrawn = len(jobs)
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     stale = [p for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in files]
     for path in stale:
         path.unlink()
-    context.log.info(f"{len(ablations)} ablation(s), {redrawn} drawn, the others' unchanged; {len(files)} figure "
-                     f"file(s), {len(written)} rewritten, {len(stale)} stale removed")
+    context.log.info(
+        f"{len(ablations)} ablation(s), {redrawn} drawn, the others' unchanged; {len(files)} figure "
+        f"file(s), {len(written)} rewritten, {len(stale)} stale removed"
+    )
     preview = "\n\n".join(previews) or "no ablations"
     version = content_version(files)
-    record(exports, ablation_figures.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
-           [f"{FIGURES}/{name}" for name in files], version.value,
-           {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run.run_id})
-    return dg.MaterializeResult(metadata=figures_metadata(folder, list(files), preview, len(written)),
-                                data_version=version)
+    record(
+        exports,
+        ablation_figures.key.to_user_string(),
+        export_fingerprint(inputs, params, CODE_VERSION),
+        [f"{FIGURES}/{name}" for name in files],
+        version.value,
+        {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run.run_id},
+    )
+    return dg.MaterializeResult(
+        metadata=figures_metadata(folder, list(files), preview, len(written)), data_version=version
+    )
 
 
 def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rewritten: int) -> dict:
@@ -237,24 +278,36 @@ def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig)
     """CSV and Parquet copies of run_summary, ablation_contrasts, snapshots and epoch_metrics."""
     params = {"tables": EXPORTED_TABLES}
     folder = exports_dir(warehouse)
-    entry = kept_entry(folder, table_exports.key.to_user_string(),
-                       inputs_fingerprint(warehouse, EXPORTED_TABLES, params))
+    entry = kept_entry(
+        folder, table_exports.key.to_user_string(), inputs_fingerprint(warehouse, EXPORTED_TABLES, params)
+    )
     if entry:
         meta = entry["metadata"]
         return kept_result(context, entry, table_exports_metadata(folder, meta["rows"], meta["run_summary"], 0))
-    frames, inputs = read_tables(warehouse, {name: f"select * from {name} order by {keys}"
-                                             for name, keys in EXPORTED_TABLES.items()}, EXPORTED_TABLES)
+    frames, inputs = read_tables(
+        warehouse,
+        {name: f"select * from {name} order by {keys}" for name, keys in EXPORTED_TABLES.items()},
+        EXPORTED_TABLES,
+    )
     files = {f"{name}.{ext}": content for name, frame in frames.items() for ext, content in table_files(frame).items()}
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten")
     summary = frame_table(
-        frames["run_summary"].select("run_id", "n_epochs", "final_reward", "matched_horizon", "matched_reward"))
+        frames["run_summary"].select("run_id", "n_epochs", "final_reward", "matched_horizon", "matched_reward")
+    )
     rows = {name: frame.height for name, frame in frames.items()}
     version = content_version(files)
-    record(folder, table_exports.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
-           list(files), version.value, {"rows": rows, "run_summary": summary})
-    return dg.MaterializeResult(metadata=table_exports_metadata(folder, rows, summary, len(written)),
-                                data_version=version)
+    record(
+        folder,
+        table_exports.key.to_user_string(),
+        export_fingerprint(inputs, params, CODE_VERSION),
+        list(files),
+        version.value,
+        {"rows": rows, "run_summary": summary},
+    )
+    return dg.MaterializeResult(
+        metadata=table_exports_metadata(folder, rows, summary, len(written)), data_version=version
+    )
 
 
 def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
@@ -279,20 +332,30 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
     entry = kept_entry(folder, report.key.to_user_string(), inputs_fingerprint(warehouse, REPORT_INPUTS, params))
     if entry:
         return kept_result(context, entry, report_metadata(path, entry["metadata"]["headline"], False))
-    tables, inputs = read_tables(warehouse, {
-        "runs": RUNS_SQL,
-        "summary": "select * from run_summary order by run_id",
-        "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
-        "snapshots": "select * from snapshots order by run_id, role",
-    }, REPORT_INPUTS)
+    tables, inputs = read_tables(
+        warehouse,
+        {
+            "runs": RUNS_SQL,
+            "summary": "select * from run_summary order by run_id",
+            "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
+            "snapshots": "select * from snapshots order by run_id, role",
+        },
+        REPORT_INPUTS,
+    )
     text = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings)
     content = text.encode()
     rewritten = write_if_changed(path, content)
     context.log.info(f"{path} {'written' if rewritten else 'unchanged'}")
     headline = render_headlines(tables["runs"], tables["summary"], tables["contrasts"], settings)
     version = content_version({"report.md": content})
-    record(folder, report.key.to_user_string(), export_fingerprint(inputs, params, CODE_VERSION),
-           [path.name], version.value, {"headline": headline})
+    record(
+        folder,
+        report.key.to_user_string(),
+        export_fingerprint(inputs, params, CODE_VERSION),
+        [path.name],
+        version.value,
+        {"headline": headline},
+    )
     return dg.MaterializeResult(metadata=report_metadata(path, headline, rewritten), data_version=version)
 
 
@@ -314,9 +377,13 @@ def explorer_metadata(folder: Path, pages: list[str], size: int, rewritten: int)
 )
 def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """The run explorer: offline HTML pages to hover, smooth, hide and zoom the reward curves of each ablation."""
-    settings = ExplorerSettings(ema_weight=warehouse.ema_weight, final_window=warehouse.final_window,
-                                ci_level=warehouse.ci_level, breakdown_window=warehouse.breakdown_window,
-                                snapshot_model_prefix=warehouse.snapshot_model_prefix)
+    settings = ExplorerSettings(
+        ema_weight=warehouse.ema_weight,
+        final_window=warehouse.final_window,
+        ci_level=warehouse.ci_level,
+        breakdown_window=warehouse.breakdown_window,
+        snapshot_model_prefix=warehouse.snapshot_model_prefix,
+    )
     params = {"settings": dataclasses.asdict(settings)}
     exports, folder = exports_dir(warehouse), exports_dir(warehouse) / EXPLORER
     name = run_explorer.key.to_user_string()
@@ -324,24 +391,37 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
     if entry:
         meta = entry["metadata"]
         return kept_result(context, entry, explorer_metadata(folder, meta["pages"], meta["bytes"], 0))
-    tables, inputs = read_tables(warehouse, {
-        "runs": RUNS_SQL,
-        "epochs": EXPLORER_EPOCHS_SQL,
-        "summary": "select * from run_summary order by run_id",
-        "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
-        "snapshots": "select * from snapshots order by run_id",
-        "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
-    }, EXPLORER_INPUTS)
+    tables, inputs = read_tables(
+        warehouse,
+        {
+            "runs": RUNS_SQL,
+            "epochs": EXPLORER_EPOCHS_SQL,
+            "summary": "select * from run_summary order by run_id",
+            "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
+            "snapshots": "select * from snapshots order by run_id",
+            "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
+        },
+        EXPLORER_INPUTS,
+    )
     pages = explorer_pages(ExplorerTables(**tables), settings, vega_bundle(build_dir(warehouse.warehouse) / EXPLORER))
     written = [page for page, content in pages.items() if write_if_changed(folder / page, content)]
     stale = [path for path in folder.rglob("*.html") if path.relative_to(folder).as_posix() not in pages]
     for path in stale:
         path.unlink()
     size = sum(len(content) for content in pages.values())
-    context.log.info(f"{len(pages)} explorer page(s), {size / 1e6:.1f} MB, {len(written)} rewritten, "
-                     f"{len(stale)} stale removed: {folder / explorer_module.INDEX}")
+    context.log.info(
+        f"{len(pages)} explorer page(s), {size / 1e6:.1f} MB, {len(written)} rewritten, "
+        f"{len(stale)} stale removed: {folder / explorer_module.INDEX}"
+    )
     version = content_version(pages)
-    record(exports, name, export_fingerprint(inputs, params, CODE_VERSION), [f"{EXPLORER}/{page}" for page in pages],
-           version.value, {"pages": sorted(pages), "bytes": size})
-    return dg.MaterializeResult(metadata=explorer_metadata(folder, list(pages), size, len(written)),
-                                data_version=version)
+    record(
+        exports,
+        name,
+        export_fingerprint(inputs, params, CODE_VERSION),
+        [f"{EXPLORER}/{page}" for page in pages],
+        version.value,
+        {"pages": sorted(pages), "bytes": size},
+    )
+    return dg.MaterializeResult(
+        metadata=explorer_metadata(folder, list(pages), size, len(written)), data_version=version
+    )

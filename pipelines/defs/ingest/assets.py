@@ -21,8 +21,8 @@ from pipelines.lake import (
     remove_run,
     write_atomically,
 )
-from pipelines.removals import check_removals
 from pipelines.release.registry import build_dim_runs
+from pipelines.removals import check_removals
 from pipelines.warehouse_db import lake_dir
 
 PROGRESS_SECONDS = 1.0  # at most one progress line a second from run_lake, besides the first, last and troubled
@@ -75,11 +75,31 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         context.log.warning(problem)
     dim = build_dim_runs(list(runs.values()), [Path(p) for p in warehouse.registries])
     errors = pl.DataFrame(
-        [{"run_id": None, "source_path": s.source_path, "epoch": None, "error_kind": s.error_kind or "bad_entry",
-          "severity": "error", "message": s.reason, "action": "skipped: not opened"}
-         for s in root_entries if s.is_problem]
-        + [{"run_id": None, "source_path": None, "epoch": None, "error_kind": "release_problem", "severity": "error",
-            "message": p, "action": "skipped"} for p in problems],
+        [
+            {
+                "run_id": None,
+                "source_path": s.source_path,
+                "epoch": None,
+                "error_kind": s.error_kind or "bad_entry",
+                "severity": "error",
+                "message": s.reason,
+                "action": "skipped: not opened",
+            }
+            for s in root_entries
+            if s.is_problem
+        ]
+        + [
+            {
+                "run_id": None,
+                "source_path": None,
+                "epoch": None,
+                "error_kind": "release_problem",
+                "severity": "error",
+                "message": p,
+                "action": "skipped",
+            }
+            for p in problems
+        ],
         schema=ERROR_COLUMNS,
     )
     files = pl.DataFrame(
@@ -131,8 +151,9 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         # PROGRESS_SECONDS: every log line is an event Dagster stores (milliseconds each, seconds at 500 runs); the
         # unchanged runs are counted once below.
         now = time.monotonic()
-        if result.changed and (done in (1, total) or result.files_quarantined
-                               or now - last_line[0] >= PROGRESS_SECONDS):
+        if result.changed and (
+            done in (1, total) or result.files_quarantined or now - last_line[0] >= PROGRESS_SECONDS
+        ):
             last_line[0] = now
             context.log.info(
                 f"[{done}/{total}] {result.run_id}: {result.files_parsed} file(s) parsed, {result.epochs} epochs, "
@@ -142,8 +163,13 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     # Every selected run is listed in full (full_scan): a run is selected because something asked for it (the
     # build's own check, the sensor, the nightly refresh, a click), and a file rewritten in place changes no folder.
     results = ingest_runs(
-        [runs[run_id] for run_id in selected], lake, warehouse.max_file_bytes, warehouse.workers, progress,
-        full_scan=True, quiet_seconds=warehouse.quiet_seconds,
+        [runs[run_id] for run_id in selected],
+        lake,
+        warehouse.max_file_bytes,
+        warehouse.workers,
+        progress,
+        full_scan=True,
+        quiet_seconds=warehouse.quiet_seconds,
     )
     unchanged = [r for r in results if not r.changed]
     if unchanged:
@@ -167,24 +193,33 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             metadata["dagster/column_schema"] = column_schema(schema)
         # One version for every partition of the run (Dagster stores one per output): a run over one partition,
         # as the sensor launches, gives that partition's own.
-        yield dg.MaterializeResult(asset_key=["lake", name], metadata=metadata,
-                                   data_version=partitions_version(lake, name, selected))
+        yield dg.MaterializeResult(
+            asset_key=["lake", name], metadata=metadata, data_version=partitions_version(lake, name, selected)
+        )
 
 
 def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) -> None:
     """Each run partition's own numbers, on its own materialization, however many partitions the run covered."""
-    own = {"grpo/changed": result.changed, "grpo/files_parsed": result.files_parsed,
-           "grpo/files_quarantined": result.files_quarantined, "grpo/epochs": result.epochs,
-           "grpo/trajectories": result.trajectories}
+    own = {
+        "grpo/changed": result.changed,
+        "grpo/files_parsed": result.files_parsed,
+        "grpo/files_quarantined": result.files_quarantined,
+        "grpo/epochs": result.epochs,
+        "grpo/trajectories": result.trajectories,
+    }
     counted = {"epochs": result.epochs, "trajectories": result.trajectories}
     for name in RUN_TABLES:
         path = partition_file(lake, name, result.run_id)
         rows = counted.get(name)
         if rows is None:  # from the Parquet footer, nothing read
-            rows = pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item() \
-                if path.exists() else 0
-        context.add_asset_metadata({**own, "dagster/row_count": rows}, asset_key=["lake", name],
-                                   partition_key=partition_key(result.run_id))
+            rows = (
+                pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item()
+                if path.exists()
+                else 0
+            )
+        context.add_asset_metadata(
+            {**own, "dagster/row_count": rows}, asset_key=["lake", name], partition_key=partition_key(result.run_id)
+        )
 
 
 def warn_quarantined(context: dg.AssetExecutionContext, lake: Path, results) -> None:
@@ -192,5 +227,7 @@ def warn_quarantined(context: dg.AssetExecutionContext, lake: Path, results) -> 
     for result in results:
         errors = read_parquet(partition_file(lake, "errors", result.run_id)).filter(pl.col("severity") == "error")
         named = "; ".join(f"{row['source_path']}: {row['message']}" for row in errors.head(5).iter_rows(named=True))
-        context.log.warning(f"{result.run_id}: {result.files_quarantined} file(s) quarantined, not loaded: {named}"
-                            + ("; ..." if errors.height > 5 else ""))
+        context.log.warning(
+            f"{result.run_id}: {result.files_quarantined} file(s) quarantined, not loaded: {named}"
+            + ("; ..." if errors.height > 5 else "")
+        )

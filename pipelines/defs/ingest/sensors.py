@@ -23,18 +23,24 @@ RUN_LAKE_KEYS = sorted(ingest_assets.run_lake.keys)
 RELEASE_KEYS = sorted(ingest_assets.release_runs.keys)
 Stat = tuple[int, int]  # (size, mtime_ns)
 PARTITION_TAG = "dagster/partition"
-IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 scan_releases_job = dg.define_asset_job(
-    "scan_releases", selection=dg.AssetSelection.assets(*RELEASE_KEYS),
+    "scan_releases",
+    selection=dg.AssetSelection.assets(*RELEASE_KEYS),
     description="Lists the run folders of the releases and resolves their attributes (lake/runs); a run folder that "
-                "went away leaves the lake. Launched by release_files_sensor when run folders appear or go away.",
+    "went away leaves the lake. Launched by release_files_sensor when run folders appear or go away.",
 )
 ingest_runs_job = dg.define_asset_job(
-    "ingest_runs", selection=dg.AssetSelection.assets(*RUN_LAKE_KEYS),
+    "ingest_runs",
+    selection=dg.AssetSelection.assets(*RUN_LAKE_KEYS),
     description="Flattens the new, changed or removed epoch files of the selected run partitions into the Parquet "
-                "lake. Launched by release_files_sensor, one run per run folder whose files settled after a change.",
+    "lake. Launched by release_files_sensor, one run per run folder whose files settled after a change.",
 )
 
 
@@ -65,8 +71,9 @@ def parse_cursor(cursor: str | None) -> tuple[int, dict[str, str]]:
 
 def dump_cursor(tick: int, unsettled: dict[str, str]) -> str:
     # A few dozen bytes: Dagster stores the cursor with every tick and shows it on the sensor's page.
-    return json.dumps({"format": CURSOR_FORMAT, "tick": tick, "unsettled": dict(sorted(unsettled.items()))},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"format": CURSOR_FORMAT, "tick": tick, "unsettled": dict(sorted(unsettled.items()))}, separators=(",", ":")
+    )
 
 
 def _digest(value) -> str:
@@ -74,8 +81,14 @@ def _digest(value) -> str:
 
 
 def scan_releases(
-    release_roots: list[Path], lake: Path, known: set[str], unsettled: dict[str, str], now_ns: int, settle_ns: int,
-    warehouse: Path | None = None, remove_releases: Collection[str] = (),
+    release_roots: list[Path],
+    lake: Path,
+    known: set[str],
+    unsettled: dict[str, str],
+    now_ns: int,
+    settle_ns: int,
+    warehouse: Path | None = None,
+    remove_releases: Collection[str] = (),
     max_file_bytes: int = WarehouseConfig.model_fields["max_file_bytes"].default,
     quiet_seconds: int = WarehouseConfig.model_fields["quiet_seconds"].default,
 ) -> ReleaseChanges:
@@ -91,8 +104,9 @@ def scan_releases(
     """
     runs, _, problems = find_run_folders(release_roots, warehouse=warehouse)
     by_key = runs_by_partition(runs)
-    changes = ReleaseChanges(sorted(run_id for key, run_id in by_key.items() if key not in known), [], {}, {}, {},
-                             problems=problems)
+    changes = ReleaseChanges(
+        sorted(run_id for key, run_id in by_key.items() if key not in known), [], {}, {}, {}, problems=problems
+    )
     selection = select_runs(runs.values(), lake, max_file_bytes, must_list=unsettled, quiet_seconds=quiet_seconds)
     changes.quiet_runs = len(selection.quiet)
     for run_id, work in sorted(selection.work.items()):
@@ -111,8 +125,9 @@ def scan_releases(
     # deleted (pipelines.removals).
     if gone:
         root_problems = [problem for root in release_roots if (problem := release_problem(root))]
-        changes.refusal = root_problems[0] if root_problems else removal_refusal(release_roots, runs, lake,
-                                                                                 remove_releases)
+        changes.refusal = (
+            root_problems[0] if root_problems else removal_refusal(release_roots, runs, lake, remove_releases)
+        )
         changes.gone_runs = [] if changes.refusal else gone
     return changes
 
@@ -128,23 +143,37 @@ def release_sensor_result(
     if changes.new_runs or changes.gone_runs:
         # The run list (dim_runs) changed; release_runs also clears a vanished run out of the lake.
         what = ", ".join([f"{len(add)} new run folder(s)"] * bool(add) + [f"{len(delete)} gone"] * bool(delete))
-        requests.append(dg.RunRequest(run_key=f"release_runs@{tick}", job_name=scan_releases_job.name,
-                                      tags={REFRESHES_TAG: f"the run list: {what}"}))
+        requests.append(
+            dg.RunRequest(
+                run_key=f"release_runs@{tick}",
+                job_name=scan_releases_job.name,
+                tags={REFRESHES_TAG: f"the run list: {what}"},
+            )
+        )
     for run_id, files in sorted(changes.runs_to_ingest.items()):
         if (key := partition_key(run_id)) in ingesting:
             continue
-        requests.append(dg.RunRequest(
-            run_key=f"{key}@{tick}", job_name=ingest_runs_job.name,
-            partition_key=key, tags={REFRESHES_TAG: f"lake partition {run_id}: {len(files)} new, changed or "
-                                                    f"removed epoch file(s)"}))
+        requests.append(
+            dg.RunRequest(
+                run_key=f"{key}@{tick}",
+                job_name=ingest_runs_job.name,
+                partition_key=key,
+                tags={REFRESHES_TAG: f"lake partition {run_id}: {len(files)} new, changed or removed epoch file(s)"},
+            )
+        )
     # A partition new to this Dagster instance is materialized once even if the lake is already up to date
     # (built by the CLI, say), so that the models downstream do not wait on a partition that looks missing.
     for run_id in changes.new_runs:
         key = partition_key(run_id)
         if run_id not in changes.runs_to_ingest and run_id not in changes.waiting and key not in ingesting:
-            requests.append(dg.RunRequest(
-                run_key=f"{key}@{tick}", job_name=ingest_runs_job.name, partition_key=key,
-                tags={REFRESHES_TAG: f"lake partition {run_id}: new to this Dagster instance"}))
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"{key}@{tick}",
+                    job_name=ingest_runs_job.name,
+                    partition_key=key,
+                    tags={REFRESHES_TAG: f"lake partition {run_id}: new to this Dagster instance"},
+                )
+            )
     partition_requests = []
     if add:
         partition_requests.append(run_partitions.build_add_request(add))
@@ -164,12 +193,16 @@ def skip_reason(changes: ReleaseChanges, runs: int) -> str:
     if changes.waiting:
         files = sum(len(paths) for paths in changes.waiting.values())
         first_run, paths = next(iter(changes.waiting.items()))
-        return (f"waiting for {files} file(s) still being written to settle ({first_run}: {paths[0]}"
-                + (", ..." if files > 1 else "") + "); they are taken once unchanged for a tick")
+        return (
+            f"waiting for {files} file(s) still being written to settle ({first_run}: {paths[0]}"
+            + (", ..." if files > 1 else "")
+            + "); they are taken once unchanged for a tick"
+        )
     if not runs:
         return "no run folder in the releases" + (f": {changes.problems[0]}" if changes.problems else "")
-    return (f"no new, changed or removed epoch file in {runs} run folder(s)"
-            + (f" ({changes.quiet_runs} quiet, not listed)" if changes.quiet_runs else ""))
+    return f"no new, changed or removed epoch file in {runs} run folder(s)" + (
+        f" ({changes.quiet_runs} quiet, not listed)" if changes.quiet_runs else ""
+    )
 
 
 def release_files_sensor(interval_seconds: int) -> dg.SensorDefinition:
@@ -199,9 +232,16 @@ def evaluate_release_sensor(context: dg.SensorEvaluationContext, warehouse: Ware
     tick, unsettled = parse_cursor(context.cursor)
     known = set(context.instance.get_dynamic_partitions(run_partitions.name))
     changes = scan_releases(
-        warehouse.release_roots(), lake_dir(warehouse.warehouse), known, unsettled, time.time_ns(),
-        warehouse.settle_seconds * 10**9, warehouse=warehouse.warehouse, remove_releases=warehouse.remove_releases,
-        max_file_bytes=warehouse.max_file_bytes, quiet_seconds=warehouse.quiet_seconds,
+        warehouse.release_roots(),
+        lake_dir(warehouse.warehouse),
+        known,
+        unsettled,
+        time.time_ns(),
+        warehouse.settle_seconds * 10**9,
+        warehouse=warehouse.warehouse,
+        remove_releases=warehouse.remove_releases,
+        max_file_bytes=warehouse.max_file_bytes,
+        quiet_seconds=warehouse.quiet_seconds,
     )
     requests, partition_requests = release_sensor_result(changes, tick, known, ingesting_partitions(context.instance))
     for run_id, files in changes.runs_to_ingest.items():

@@ -1,6 +1,5 @@
 """Turns every SQL model under sql/ into an asset whose dependencies come from the SQL itself."""
 
-
 import hashlib
 import warnings
 from datetime import timedelta
@@ -53,13 +52,21 @@ def column_schema(model: SqlModel, found: list[tuple[str, str]] | None = None) -
     declared = {column.name: column for column in model.columns}
     if found is None:
         found = [(column.name, column.data_type) for column in model.columns]
-    return dg.TableSchema(columns=[
-        dg.TableColumn(name, kind.lower(), description=declared[name].description,
-                       constraints=dg.TableColumnConstraints(nullable="not_null" not in declared[name].tests,
-                                                             unique="unique" in declared[name].tests))
-        if name in declared else dg.TableColumn(name, kind.lower())
-        for name, kind in found
-    ])
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name,
+                kind.lower(),
+                description=declared[name].description,
+                constraints=dg.TableColumnConstraints(
+                    nullable="not_null" not in declared[name].tests, unique="unique" in declared[name].tests
+                ),
+            )
+            if name in declared
+            else dg.TableColumn(name, kind.lower())
+            for name, kind in found
+        ]
+    )
 
 
 def table_metadata(con, model: SqlModel) -> dict:
@@ -71,9 +78,11 @@ def table_metadata(con, model: SqlModel) -> dict:
 
 
 def _exists(con, table: str) -> bool:
-    return bool(con.execute(
-        "select count(*) from duckdb_tables() where schema_name = 'main' and table_name = ?", [table]
-    ).fetchone()[0])
+    return bool(
+        con.execute(
+            "select count(*) from duckdb_tables() where schema_name = 'main' and table_name = ?", [table]
+        ).fetchone()[0]
+    )
 
 
 def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, dict[str, str]]:
@@ -153,8 +162,11 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str
     fingerprint, what was done ("kept", "rebuilt" or how many keys were computed again) and its metadata."""
     params = warehouse.metric_parameters()
     lake = lake_dir(warehouse.warehouse)
-    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit,
-                       storage_version=warehouse.duckdb_storage_version) as con:
+    with open_build_db(
+        warehouse.warehouse,
+        memory_limit=warehouse.duckdb_memory_limit,
+        storage_version=warehouse.duckdb_storage_version,
+    ) as con:
         if model.incremental_key:
             fingerprint, done = _refresh_incremental(con, model, params, lake)
         else:
@@ -162,8 +174,9 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str
             if model.lake_deps:
                 upstream.append(lake_fingerprint(lake, model.lake_deps))
             fingerprint = model.fingerprint(params, upstream)
-            done = "kept" if _exists(con, model.name) and model_fingerprint(con, model.name) == fingerprint \
-                else "rebuilt"
+            done = (
+                "kept" if _exists(con, model.name) and model_fingerprint(con, model.name) == fingerprint else "rebuilt"
+            )
             if done == "rebuilt":
                 _rebuild(con, model, params, lake)
                 record_model(con, model.name, fingerprint)
@@ -192,10 +205,13 @@ def code_references(model: SqlModel) -> dg.CodeReferencesMetadataValue:
     # The documented form of code references; its classes are marked beta in 1.13.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return dg.CodeReferencesMetadataValue(code_references=[
-            dg.LocalFileCodeReference(file_path=str(path), line_number=1, label=label) for path, label in files
-            if path.is_file()
-        ])
+        return dg.CodeReferencesMetadataValue(
+            code_references=[
+                dg.LocalFileCodeReference(file_path=str(path), line_number=1, label=label)
+                for path, label in files
+                if path.is_file()
+            ]
+        )
 
 
 def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
@@ -220,8 +236,9 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
     )
 
     # Subsettable, so that a check can run on its own (the UI's "Execute" on a check) against the table as it stands.
-    @dg.multi_asset(name=model.name, specs=[spec], check_specs=check_specs(model.name, declared), can_subset=True,
-                    pool=DUCKDB_POOL)
+    @dg.multi_asset(
+        name=model.name, specs=[spec], check_specs=check_specs(model.name, declared), can_subset=True, pool=DUCKDB_POOL
+    )
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         selected = {key.name for key in context.selected_asset_check_keys}
         if spec.key not in context.selected_asset_keys:
@@ -254,8 +271,12 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
 )
 def warehouse_duckdb(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """The published warehouse.duckdb: every model's table, swapped in atomically for readers."""
-    with open_build_db(warehouse.warehouse, read_only=True, memory_limit=warehouse.duckdb_memory_limit,
-                       storage_version=warehouse.duckdb_storage_version) as con:
+    with open_build_db(
+        warehouse.warehouse,
+        read_only=True,
+        memory_limit=warehouse.duckdb_memory_limit,
+        storage_version=warehouse.duckdb_storage_version,
+    ) as con:
         state = dict(con.execute(f"select model, fingerprint from {BOOKKEEPING}.model_state order by model").fetchall())
     # The storage version too: the same tables written in another one are another file.
     fingerprint = digest(state, warehouse.duckdb_storage_version)

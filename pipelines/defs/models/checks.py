@@ -53,6 +53,7 @@ def _result(total: int, examples: list[dict], severity: dg.AssetCheckSeverity, w
 
 def jsonable(rows: list[dict]) -> list[dict]:
     """Rows with values JSON can hold (NaN and infinities become strings)."""
+
     def clean(value):
         if isinstance(value, float) and not math.isfinite(value):
             return str(value)
@@ -119,7 +120,9 @@ def reported_mean_mismatch(con: duckdb.DuckDBPyConnection, tolerance: float) -> 
         [tolerance],
     )
     return _result(
-        total, examples, dg.AssetCheckSeverity.WARN,
+        total,
+        examples,
+        dg.AssetCheckSeverity.WARN,
         f"epoch(s) whose reported mean_reward differs from the recomputed one by more than {tolerance:g}",
     )
 
@@ -180,8 +183,12 @@ RUNS_NOT_LOADING_SQL = f"""
 def runs_not_loading(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """Runs that loaded no epoch, or fewer than MIN_LOADED_SHARE of their epoch entries (see unloaded_epochs)."""
     total, examples = _examples(con, RUNS_NOT_LOADING_SQL)
-    return _result(total, examples, dg.AssetCheckSeverity.WARN,
-                   f"run(s) that loaded no epoch, or under {MIN_LOADED_SHARE:.0%} of their epoch entries")
+    return _result(
+        total,
+        examples,
+        dg.AssetCheckSeverity.WARN,
+        f"run(s) that loaded no epoch, or under {MIN_LOADED_SHARE:.0%} of their epoch entries",
+    )
 
 
 def unloaded_input(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
@@ -204,8 +211,10 @@ def violations(con: duckdb.DuckDBPyConnection, table: str, test: str, columns: t
         sql = f"select * from {sql_identifier(table)} where {names} is null"
         what = f"row(s) of {table} with a null {columns[0]}"
     else:
-        sql = (f"select {names}, count(*) as n_rows from {sql_identifier(table)} group by {names}"
-               f" having count(*) > 1 order by {names}")
+        sql = (
+            f"select {names}, count(*) as n_rows from {sql_identifier(table)} group by {names}"
+            f" having count(*) > 1 order by {names}"
+        )
         what = f"duplicate ({', '.join(columns)}) key(s) in {table}"
     total, examples = _examples(con, sql)
     return _result(total, examples, dg.AssetCheckSeverity.ERROR, what)
@@ -225,40 +234,71 @@ class ModelCheck:
 
 MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
     "fact_epochs": (
-        ModelCheck("no_duplicate_epochs", "No two rows share a (run_id, epoch).",
-                   lambda con, _: duplicate_epochs(con), ("fact_epochs",), blocking=True),
-        ModelCheck("kl_sample_train_is_zero", "kl_sample_train is 0 in every epoch, as the trainer documents.",
-                   lambda con, _: nonzero_kl(con), ("fact_epochs",)),
+        ModelCheck(
+            "no_duplicate_epochs",
+            "No two rows share a (run_id, epoch).",
+            lambda con, _: duplicate_epochs(con),
+            ("fact_epochs",),
+            blocking=True,
+        ),
+        ModelCheck(
+            "kl_sample_train_is_zero",
+            "kl_sample_train is 0 in every epoch, as the trainer documents.",
+            lambda con, _: nonzero_kl(con),
+            ("fact_epochs",),
+        ),
     ),
     # On the per-epoch counts of fact_trajectories (an incremental model), not on fact_trajectories itself: a
     # distinct count per epoch over every trajectory took 5 s at 100x on each change.
     "epoch_trajectory_counts": (
-        ModelCheck("trajectory_arrays_consistent", "Every epoch has exactly n_trajectories trajectory rows, at "
-                   "positions 0..n−1.", lambda con, _: inconsistent_trajectory_arrays(con),
-                   ("fact_epochs", "epoch_trajectory_counts")),
+        ModelCheck(
+            "trajectory_arrays_consistent",
+            "Every epoch has exactly n_trajectories trajectory rows, at positions 0..n−1.",
+            lambda con, _: inconsistent_trajectory_arrays(con),
+            ("fact_epochs", "epoch_trajectory_counts"),
+        ),
     ),
     "epoch_metrics": (
-        ModelCheck("reported_mean_reward_matches", "The file's mean_reward matches the recomputed mean (tolerance).",
-                   lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance), ("epoch_metrics",),
-                   parameters=lambda warehouse: {"reward_tolerance": warehouse.reward_tolerance}),
+        ModelCheck(
+            "reported_mean_reward_matches",
+            "The file's mean_reward matches the recomputed mean (tolerance).",
+            lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance),
+            ("epoch_metrics",),
+            parameters=lambda warehouse: {"reward_tolerance": warehouse.reward_tolerance},
+        ),
     ),
     "group_metrics": (
-        ModelCheck("advantages_normalised", "Advantages are normalised within each GRPO group.",
-                   lambda con, _: unnormalised_groups(con), ("group_metrics",)),
+        ModelCheck(
+            "advantages_normalised",
+            "Advantages are normalised within each GRPO group.",
+            lambda con, _: unnormalised_groups(con),
+            ("group_metrics",),
+        ),
     ),
     "unloaded_epochs": (
-        ModelCheck("runs_load_their_epoch_entries",
-                   f"Every run loaded at least one epoch, and at least {MIN_LOADED_SHARE:.0%} of its epoch entries "
-                   "(epoch_NNN_results.json files and epoch_NNN/ folders); unloaded_epochs says why not.",
-                   lambda con, _: runs_not_loading(con), ("dim_runs", "fact_epochs", "unloaded_epochs")),
+        ModelCheck(
+            "runs_load_their_epoch_entries",
+            f"Every run loaded at least one epoch, and at least {MIN_LOADED_SHARE:.0%} of its epoch entries "
+            "(epoch_NNN_results.json files and epoch_NNN/ folders); unloaded_epochs says why not.",
+            lambda con, _: runs_not_loading(con),
+            ("dim_runs", "fact_epochs", "unloaded_epochs"),
+        ),
     ),
     "ingest_errors": (
-        ModelCheck("input_loaded", "Every input file and entry was loaded: none quarantined or skipped as unreadable.",
-                   lambda con, _: unloaded_input(con), ("ingest_errors",)),
+        ModelCheck(
+            "input_loaded",
+            "Every input file and entry was loaded: none quarantined or skipped as unreadable.",
+            lambda con, _: unloaded_input(con),
+            ("ingest_errors",),
+        ),
     ),
     "run_summary": (
-        ModelCheck("no_epoch_gaps", "No epochs are missing between a run's first and last loaded epoch.",
-                   lambda con, _: epoch_gaps(con), ("epoch_metrics", "run_summary")),
+        ModelCheck(
+            "no_epoch_gaps",
+            "No epochs are missing between a run's first and last loaded epoch.",
+            lambda con, _: epoch_gaps(con),
+            ("epoch_metrics", "run_summary"),
+        ),
     ),
 }
 
@@ -268,26 +308,39 @@ def declared_checks(model: SqlModel) -> tuple[ModelCheck, ...]:
     tests = [(test, (column.name,)) for column in model.columns for test in column.tests]
     tests += [("unique", combination) for combination in model.unique_combinations]
     return tuple(
-        ModelCheck(f"{test}_{'_'.join(columns)}",
-                   f"No two rows share a ({', '.join(columns)})." if test == "unique"
-                   else f"{columns[0]} is never null.",
-                   lambda con, _, test=test, columns=columns: violations(con, model.name, test, columns), (model.name,),
-                   parameters=lambda _, test=test, columns=columns: {"test": test, "columns": columns})
+        ModelCheck(
+            f"{test}_{'_'.join(columns)}",
+            f"No two rows share a ({', '.join(columns)})." if test == "unique" else f"{columns[0]} is never null.",
+            lambda con, _, test=test, columns=columns: violations(con, model.name, test, columns),
+            (model.name,),
+            parameters=lambda _, test=test, columns=columns: {"test": test, "columns": columns},
+        )
         for test, columns in tests
     )
 
 
 def check_specs(model: str, declared: tuple[ModelCheck, ...] = ()) -> list[dg.AssetCheckSpec]:
     """The checks of a model's asset, for its definition: its own ones and those its schema.yml declares."""
-    return [dg.AssetCheckSpec(check.name, asset=model, description=check.description, blocking=check.blocking)
-            for check in MODEL_CHECKS.get(model, ()) + declared]
+    return [
+        dg.AssetCheckSpec(check.name, asset=model, description=check.description, blocking=check.blocking)
+        for check in MODEL_CHECKS.get(model, ()) + declared
+    ]
 
 
 CODE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-_METADATA_KINDS = {dg.IntMetadataValue: "int", dg.FloatMetadataValue: "float", dg.TextMetadataValue: "text",
-                   dg.BoolMetadataValue: "bool"}
-_METADATA_VALUES = {"int": dg.MetadataValue.int, "float": dg.MetadataValue.float, "text": dg.MetadataValue.text,
-                    "bool": dg.MetadataValue.bool, "json": dg.MetadataValue.json}
+_METADATA_KINDS = {
+    dg.IntMetadataValue: "int",
+    dg.FloatMetadataValue: "float",
+    dg.TextMetadataValue: "text",
+    dg.BoolMetadataValue: "bool",
+}
+_METADATA_VALUES = {
+    "int": dg.MetadataValue.int,
+    "float": dg.MetadataValue.float,
+    "text": dg.MetadataValue.text,
+    "bool": dg.MetadataValue.bool,
+    "json": dg.MetadataValue.json,
+}
 
 
 def check_fingerprint(con: duckdb.DuckDBPyConnection, check: ModelCheck, warehouse: WarehouseConfig) -> str | None:
@@ -295,34 +348,48 @@ def check_fingerprint(con: duckdb.DuckDBPyConnection, check: ModelCheck, warehou
     tables = model_fingerprints(con, check.reads)
     if any(fingerprint is None for fingerprint in tables.values()):
         return None
-    payload = json.dumps({"check": check.name, "tables": tables, "params": check.parameters(warehouse),
-                          "code": CODE_VERSION}, sort_keys=True)
+    payload = json.dumps(
+        {"check": check.name, "tables": tables, "params": check.parameters(warehouse), "code": CODE_VERSION},
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def stored_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str) -> dg.AssetCheckResult | None:
-    row = con.execute(f"select passed, severity, description, metadata from {BOOKKEEPING}.check_state"
-                      " where model = ? and check_name = ? and fingerprint = ?", [model, check, fingerprint]).fetchone()
+def stored_result(
+    con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str
+) -> dg.AssetCheckResult | None:
+    row = con.execute(
+        f"select passed, severity, description, metadata from {BOOKKEEPING}.check_state"
+        " where model = ? and check_name = ? and fingerprint = ?",
+        [model, check, fingerprint],
+    ).fetchone()
     if row is None:
         return None
     passed, severity, description, metadata = row
     return dg.AssetCheckResult(
-        passed=passed, severity=dg.AssetCheckSeverity(severity), description=description,
+        passed=passed,
+        severity=dg.AssetCheckSeverity(severity),
+        description=description,
         metadata={key: _METADATA_VALUES[kind](value) for key, (kind, value) in json.loads(metadata).items()},
     )
 
 
-def store_result(con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str,
-                 result: dg.AssetCheckResult) -> None:
-    metadata = {key: (_METADATA_KINDS.get(type(value), "json"), getattr(value, "value", value))
-                for key, value in (result.metadata or {}).items()}
-    con.execute(f"insert or replace into {BOOKKEEPING}.check_state values (?, ?, ?, ?, ?, ?, ?)",
-                [model, check, fingerprint, result.passed, result.severity.value, result.description,
-                 json.dumps(metadata)])
+def store_result(
+    con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str, result: dg.AssetCheckResult
+) -> None:
+    metadata = {
+        key: (_METADATA_KINDS.get(type(value), "json"), getattr(value, "value", value))
+        for key, value in (result.metadata or {}).items()
+    }
+    con.execute(
+        f"insert or replace into {BOOKKEEPING}.check_state values (?, ?, ?, ?, ?, ?, ?)",
+        [model, check, fingerprint, result.passed, result.severity.value, result.description, json.dumps(metadata)],
+    )
 
 
-def evaluate_checks(model: str, warehouse: WarehouseConfig, declared: tuple[ModelCheck, ...] = (),
-                    selected: set[str] | None = None) -> list[dg.AssetCheckResult]:
+def evaluate_checks(
+    model: str, warehouse: WarehouseConfig, declared: tuple[ModelCheck, ...] = (), selected: set[str] | None = None
+) -> list[dg.AssetCheckResult]:
     """A model's check results (those selected, by name; all by default): stored ones whose inputs are unchanged, the
     others evaluated on the build database.
 
@@ -332,11 +399,16 @@ def evaluate_checks(model: str, warehouse: WarehouseConfig, declared: tuple[Mode
     if not checks:
         return []
     results = []
-    with open_build_db(warehouse.warehouse, memory_limit=warehouse.duckdb_memory_limit,
-                       storage_version=warehouse.duckdb_storage_version) as con:
-        con.execute(f"create table if not exists {BOOKKEEPING}.check_state (model varchar, check_name varchar,"
-                    " fingerprint varchar, passed boolean, severity varchar, description varchar, metadata varchar,"
-                    " primary key (model, check_name))")
+    with open_build_db(
+        warehouse.warehouse,
+        memory_limit=warehouse.duckdb_memory_limit,
+        storage_version=warehouse.duckdb_storage_version,
+    ) as con:
+        con.execute(
+            f"create table if not exists {BOOKKEEPING}.check_state (model varchar, check_name varchar,"
+            " fingerprint varchar, passed boolean, severity varchar, description varchar, metadata varchar,"
+            " primary key (model, check_name))"
+        )
         for check in checks:
             fingerprint = check_fingerprint(con, check, warehouse)
             result = stored_result(con, model, check.name, fingerprint) if fingerprint else None
@@ -344,13 +416,22 @@ def evaluate_checks(model: str, warehouse: WarehouseConfig, declared: tuple[Mode
                 try:
                     result = check.evaluate(con, warehouse)
                 except duckdb.Error as exc:
-                    result = dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
-                                                 description=f"the check could not run: {exc}")
+                    result = dg.AssetCheckResult(
+                        passed=False,
+                        severity=dg.AssetCheckSeverity.ERROR,
+                        description=f"the check could not run: {exc}",
+                    )
                 else:
                     if fingerprint:
                         store_result(con, model, check.name, fingerprint, result)
-            results.append(dg.AssetCheckResult(
-                asset_key=model, check_name=check.name, passed=result.passed, severity=result.severity,
-                description=result.description, metadata=result.metadata,
-            ))
+            results.append(
+                dg.AssetCheckResult(
+                    asset_key=model,
+                    check_name=check.name,
+                    passed=result.passed,
+                    severity=result.severity,
+                    description=result.description,
+                    metadata=result.metadata,
+                )
+            )
     return results
