@@ -82,7 +82,7 @@ def _decode_run(run) -> tuple[int, int, int]:
 
 
 def step_decode(releases: list[str], workers: int) -> dict:
-    """The lower bound: list, read and JSON-decode every epoch file, nothing else, in as many processes as the ingest."""
+    """The lower bound: list, read and JSON-decode every epoch file, nothing else, in as many processes as ingest."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -122,7 +122,7 @@ def step_json(releases: list[str]) -> dict:
 
 
 def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
-    """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake finds it."""
+    """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake has it."""
     from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs
     from pipelines.settings import read_environment
 

@@ -203,7 +203,7 @@ def _portable(relation, nested_as_json: bool):
     (CSV cannot hold them)."""
     nested = ("[]", "STRUCT", "MAP", "UNION")
     columns = []
-    for name, kind in zip(relation.columns, relation.types):
+    for name, kind in zip(relation.columns, relation.types, strict=True):
         quoted = '"' + name.replace('"', '""') + '"'
         if nested_as_json and any(marker in str(kind) for marker in nested):
             columns.append(f"to_json({quoted}) as {quoted}")

@@ -61,7 +61,7 @@ def build_dir(warehouse: Path) -> Path:
 def _empty_select(schema: dict) -> str:
     con = duckdb.connect()
     relation = con.from_arrow(pl.DataFrame(schema=schema).to_arrow())
-    types = dict(zip(relation.columns, relation.types))
+    types = dict(zip(relation.columns, relation.types, strict=True))
     con.close()
     return "select " + ", ".join(f"cast(null as {t}) as {name}" for name, t in types.items()) + " limit 0"
 
@@ -126,7 +126,7 @@ def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> str:
     for types, group in groups.items():
         as_json = [
             f"to_json({sql_identifier(name)})::varchar as {sql_identifier(name)}"
-            for name, column_type in zip(nested, types)
+            for name, column_type in zip(nested, types, strict=True)
             if name in differing and column_type not in (None, "VARCHAR")
         ]
         replace = f" replace ({', '.join(as_json)})" if as_json else ""
@@ -302,7 +302,7 @@ def recorded_inputs(con: duckdb.DuckDBPyConnection, model: str) -> tuple[str | N
 
 
 def record_inputs(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str, stamps: dict[str, str]) -> None:
-    keys = pl.DataFrame(
+    keys = pl.DataFrame(  # noqa: F841 (read by name in the insert below, through DuckDB's replacement scan)
         {"model": [model] * len(stamps), "key": list(stamps), "stamp": list(stamps.values())},
         schema={"model": pl.String, "key": pl.String, "stamp": pl.String},
     )

@@ -1,4 +1,4 @@
-"""kill -9 during a build, a write or a publication: the published warehouse stays intact and the next build completes."""
+"""kill -9 during a build, a write or a publication: the published warehouse stays intact, the next build completes."""
 
 import json
 import subprocess

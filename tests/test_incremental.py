@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow  # whole builds
 
 @pytest.fixture
 def parsed(monkeypatch):
-    """Counts the epoch files read, to be parsed, from now on (builds run with one ingest process, so in this process)."""
+    """Counts the epoch files read, to be parsed, from now on (builds run one ingest process, so in this process)."""
     seen: list[str] = []
     read = pipelines.lake._read_file
 

@@ -209,8 +209,8 @@ def test_a_run_that_loads_nothing_or_far_fewer_epochs_is_loud(tmp_path, build, q
     assert release_line.startswith("warning: release unrecognised loaded no epoch from its 1 run(s)")
     assert "<run>/epoch_NNN/metrics.json" in release_line and "e.g. run_a/ep0, run_a/ep1" in release_line
     assert (
-        "2 run(s) loaded no epoch or under 90% of their epoch entries: run_a (no epoch entry recognised), run_b (7 of 10 loaded)"
-        in err
+        "2 run(s) loaded no epoch or under 90% of their epoch entries: "
+        "run_a (no epoch entry recognised), run_b (7 of 10 loaded)" in err
     )
     assert err.splitlines()[-1].startswith("grpo-warehouse build: --strict: release unrecognised loaded no epoch")
 

@@ -113,7 +113,7 @@ def check_lake(lake: Path, files) -> None:
     errors = pl.read_parquet(partition_file(lake, "errors", "run"))
     epochs_path = partition_file(lake, "epochs", "run")
     epochs = pl.read_parquet(epochs_path) if epochs_path.exists() else pl.DataFrame({"source_path": [], "epoch": []})
-    loaded = dict(zip(epochs["source_path"].to_list(), epochs["epoch"].to_list()))
+    loaded = dict(zip(epochs["source_path"].to_list(), epochs["epoch"].to_list(), strict=True))
     kinds = json.loads(manifest_file(lake, "run").read_text())["json_columns"]["epochs"]
     for epoch, layout, content, valid in files:
         path = f"run/epoch_{epoch:03d}_results.json" if layout == "file" else f"run/epoch_{epoch:03d}/results.json"

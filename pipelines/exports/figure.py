@@ -168,7 +168,7 @@ def ablation_figure(
 
     members, epochs, summary = ablation_inputs(ablation, runs, epochs, summary)
     run_ids = members["run_id"].to_list()
-    labels = {r: (lbl or r) for r, lbl in zip(run_ids, members["label"].to_list())}
+    labels = {r: (lbl or r) for r, lbl in zip(run_ids, members["label"].to_list(), strict=True)}
     colours = run_colours(run_ids)
     data = with_bands(epochs, smoothing)
     horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})

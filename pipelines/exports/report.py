@@ -82,7 +82,9 @@ def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict 
             }
         if (row["run_a"], row["run_b"]) == (winner, other):
             # Percentile and t intervals flip exactly under negation; ties count one half, so P(a wins) = 1 − P(b wins).
-            flip = lambda v: -v if _finite(v) else v
+            def flip(v):
+                return -v if _finite(v) else v
+
             return {
                 "delta": flip(row["delta"]),
                 "ci_low": flip(row["ci_high"]),
@@ -134,7 +136,7 @@ def headline(
     ablation_runs: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.DataFrame, settings: ReportSettings
 ) -> str:
     """One paragraph: the winner at the matched horizon, its margin over the runner-up, interval and probability."""
-    labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
+    labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"], strict=True))
 
     def name(run: str) -> str:
         return f"**{labels.get(run) or run}** (`{run}`)"
@@ -207,7 +209,7 @@ def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
 
 
 def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: ReportSettings) -> str:
-    labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"]))
+    labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"], strict=True))
     header = [
         "run",
         "label",

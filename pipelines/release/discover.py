@@ -1,4 +1,4 @@
-"""Finds a release's run folders and epoch documents, in every recognised placement, and inventories every other entry."""
+"""Finds a release's run folders and epoch documents in every recognised placement; inventories every other entry."""
 
 from __future__ import annotations
 

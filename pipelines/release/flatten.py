@@ -272,11 +272,11 @@ _INT64_FIELD = Annotated[int, msgspec.Meta(ge=_INT64[0], le=_INT64[1])]
 _FIELD_TYPES = {bool: bool, int: _INT64_FIELD, float: float, str: str, type(None): type(None)}
 _DOCUMENTED_FIELDS = {
     "epoch": int,
-    "snapshot_id": Union[str, None],
+    "snapshot_id": str | None,
     "trajectory_ids": list[str],
     "rewards": list[float | None],
     "advantages": list[float | None],
-    **{key: Union[float, None] for key in DOCUMENTED_SCALARS},
+    **{key: float | None for key in DOCUMENTED_SCALARS},
 }
 
 
@@ -285,7 +285,7 @@ def _field_type(types: set[type]):
     decode_parsed keeps it, and one beyond 64 bits is refused: typed_series keeps such a column as JSON text."""
     if float in types:
         types = types | {int}
-    return Union[tuple(_FIELD_TYPES[t] for t in types)]
+    return Union[tuple(_FIELD_TYPES[t] for t in types)]  # noqa: UP007 (a union of a computed set has no `|` spelling)
 
 
 def _typed_shape(
@@ -391,7 +391,7 @@ class RunColumns:
         rows, shape = self._rows, self._shape
         if not rows:
             return
-        for (kind, name), values in zip(shape.row_columns, zip(*rows)):
+        for (kind, name), values in zip(shape.row_columns, zip(*rows, strict=True), strict=True):
             if kind == "epoch":
                 self.epoch_cols[name].extend(values)
             else:
@@ -570,7 +570,7 @@ class RunColumns:
             )
         self._file(file, n)
         self._rows.append(row)
-        for column, values in zip(self._lists, lists):
+        for column, values in zip(self._lists, lists, strict=True):
             column.extend(values)
         self.n_traj += n
         self._pad_arrays()  # its epoch row joins the columns, and is padded, when the rows are flushed

@@ -267,7 +267,8 @@ def write_sample(
 
 
 def ensure_sample(out: Path, seed: int = 0, scale: int = 1) -> list[Path]:
-    """Returns the sample release folders under out, writing them first unless a marker file out/.sample.json records the same SAMPLE_VERSION, seed and scale (write the marker last, after every file)."""
+    """Returns the sample release folders under out, writing them first unless a marker file out/.sample.json
+    records the same SAMPLE_VERSION, seed and scale (the marker is written last, after every file)."""
     _check_arguments(seed, scale)
     out = Path(out)
     marker_path = out / MARKER_NAME
@@ -397,7 +398,7 @@ def _transcripts(document: dict) -> bytes:
                 ],
             }
         )
-        for trajectory_id, reward in zip(document["trajectory_ids"], document["rewards"])
+        for trajectory_id, reward in zip(document["trajectory_ids"], document["rewards"], strict=True)
     ]
     return ("\n".join(lines) + "\n").encode()
 
@@ -521,7 +522,8 @@ def build_run_documents(spec: RunSpec, rng: np.random.Generator) -> list[dict]:
 
 
 def grpo_advantages(rewards: np.ndarray, group_size: int) -> np.ndarray:
-    """GRPO advantages (r - mean_g) / (population std_g + 1e-4) over each group's finite rewards; 0.0 for NaN rewards and flat groups."""
+    """GRPO advantages (r - mean_g) / (population std_g + 1e-4) over each group's finite rewards; 0.0 for NaN
+    rewards and flat groups."""
     grouped = rewards.reshape(*rewards.shape[:-1], -1, group_size)
     finite = np.isfinite(grouped)
     filled = np.where(finite, grouped, 0.0)
@@ -635,7 +637,7 @@ def _masked_means(rewards: np.ndarray, mask: np.ndarray) -> list:
     counts = selected.sum(axis=1)
     sums = np.where(selected, rewards, 0.0).sum(axis=1)
     means = _round_significant(sums / np.maximum(counts, 1))
-    return [mean if count else None for mean, count in zip(means.tolist(), counts.tolist())]
+    return [mean if count else None for mean, count in zip(means.tolist(), counts.tolist(), strict=True)]
 
 
 def _round_significant(values: np.ndarray, digits: int = 6) -> np.ndarray:
@@ -651,7 +653,7 @@ def _round_significant(values: np.ndarray, digits: int = 6) -> np.ndarray:
 
 
 def _ulid_ids(rng: np.random.Generator, n_epochs: int) -> tuple[list[str], list[list[str]]]:
-    """ULID-shaped snapshot ids (one per epoch) and trajectory ids (64 per epoch): 10 time + 16 random Crockford chars."""
+    """ULID-shaped snapshot ids (one per epoch), trajectory ids (64 per epoch): 10 time, 16 random Crockford chars."""
     run_start_ms = ULID_EPOCH_START_MS + int(rng.integers(0, 45 * 86_400_000))
     epoch_ms = rng.integers(18 * 60_000, 32 * 60_000, n_epochs)
     epoch_end_ms = run_start_ms + np.cumsum(epoch_ms)

@@ -15,14 +15,14 @@ def section(text: str, heading: str) -> str:
     level = heading.split(" ")[0]
     start = text.index(heading + "\n")
     rest = text[start + len(heading) + 1 :]
-    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), rest, flags=re.M)]
+    ends = [m.start() for m in re.finditer(rf"^#{{1,{len(level)}}} ", rest, flags=re.M)]
     return rest[: ends[0]] if ends else rest
 
 
 def markdown_table(text: str) -> list[dict[str, str]]:
     rows = [line for line in text.splitlines() if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
-    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")))) for row in rows[2:]]
+    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")), strict=True)) for row in rows[2:]]
 
 
 def number(cell: str) -> float | None:
@@ -81,7 +81,7 @@ def test_runs_table_numbers_equal_run_summary(report, tables):
 def test_contrasts_table_numbers_equal_ablation_contrasts(report, tables):
     rows = markdown_table(section(report, "### Pairwise contrasts of the matched reward"))
     assert len(rows) == tables["contrasts"].height
-    for row, want in zip(rows, tables["contrasts"].iter_rows(named=True)):
+    for row, want in zip(rows, tables["contrasts"].iter_rows(named=True), strict=True):
         assert (row["run A"], row["run B"]) == (f"`{want['run_a']}`", f"`{want['run_b']}`")
         assert number(row["Δ matched reward (B − A)"]) == expected(want["delta"])
         low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()

@@ -99,7 +99,11 @@ def test_a_registry_groups_seeds_into_arms(tmp_path):
     registry = tmp_path / "seeds.csv"
     registry.write_text("run_id,ablation,arm\nbase,abl,config\nbase_s001,abl,config\n")
     dim = build_dim_runs(runs("base", "base_s001", "other"), [registry])
-    assert dict(zip(dim["run_id"], dim["arm"])) == {"base": "config", "base_s001": "config", "other": "other"}
+    assert dict(zip(dim["run_id"], dim["arm"], strict=True)) == {
+        "base": "config",
+        "base_s001": "config",
+        "other": "other",
+    }
 
 
 @pytest.mark.parametrize(
@@ -122,7 +126,8 @@ def test_a_registry_groups_seeds_into_arms(tmp_path):
         ("run_id,label\n,x\n", "line 2: no run_id"),
         (
             "run_id,arm_x\na,1\n",
-            "unknown registry column(s) arm_x; known: run_id, reward_family, fp_per_group, group_size, ablation, label, arm",
+            "unknown registry column(s) arm_x; known: "
+            "run_id, reward_family, fp_per_group, group_size, ablation, label, arm",
         ),
     ],
 )

@@ -154,7 +154,7 @@ def test_mean_reward_is_the_mean_of_finite_rewards(documents):
 
 def test_breakdown_splits_rewards_by_fp_control(documents):
     doc = documents["mt3_4f_grpo_mt_v3_4fp"][100]
-    fp_rewards = [r for r, fp in zip(doc["rewards"], doc["is_fp_control"]) if fp]
+    fp_rewards = [r for r, fp in zip(doc["rewards"], doc["is_fp_control"], strict=True) if fp]
     breakdown = doc["reward_breakdown"]
     assert breakdown["fp_control"]["n"] == 32 and breakdown["quirk_targets"]["n"] == 32
     assert breakdown["fp_control"]["mean_reward"] == pytest.approx(np.mean(fp_rewards), abs=1e-5)
@@ -203,7 +203,7 @@ def test_binary_run_rewards_are_zero_one_and_collapse_after_the_peak(documents):
     assert 1 <= np.isnan(rewards).sum() <= 10
     assert all(doc["n_correct"] == int(np.sum(np.array(doc["rewards"]) == 1.0)) for doc in docs)
     for doc in docs:
-        for reward, advantage in zip(doc["rewards"], doc["advantages"]):
+        for reward, advantage in zip(doc["rewards"], doc["advantages"], strict=True):
             if math.isnan(reward):
                 assert advantage == 0.0
     curve = np.array([doc["mean_reward"] for doc in docs])

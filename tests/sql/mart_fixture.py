@@ -1,4 +1,4 @@
-"""A tiny hand-checkable warehouse for the SQL model tests: staging tables written directly, marts built by the real code."""
+"""A tiny hand-checkable warehouse for the SQL model tests: staging tables written directly, marts by the real code."""
 
 import math
 
@@ -108,7 +108,7 @@ def create_staging(
                 "source_path": f"{doc['run_id']}/epoch_{doc['epoch']:03d}_results.json",
             }
         )
-        for index, (reward, advantage) in enumerate(zip(doc["rewards"], doc["advantages"])):
+        for index, (reward, advantage) in enumerate(zip(doc["rewards"], doc["advantages"], strict=True)):
             row = {
                 "run_id": doc["run_id"],
                 "epoch": doc["epoch"],
@@ -188,7 +188,7 @@ def build_marts(con: duckdb.DuckDBPyConnection, params: dict | None = None) -> N
 def rows(con: duckdb.DuckDBPyConnection, sql: str, *params) -> list[dict]:
     cursor = con.execute(sql, list(params))
     names = [column[0] for column in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 @pytest.fixture

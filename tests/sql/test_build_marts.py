@@ -24,7 +24,8 @@ def epoch_document(epoch: int) -> dict:
 
 def test_build_publishes_the_marts_and_warning_checks_do_not_fail_it(tmp_path, write_epoch, build, query):
     release = tmp_path / "rel"
-    # epochs 0, 1, 3: a gap (no_epoch_gaps warns); every group's advantages are reversed (advantages_normalised warns). Neither may fail the build.
+    # epochs 0, 1, 3: a gap (no_epoch_gaps warns); every group's advantages are reversed (advantages_normalised
+    # warns). Neither may fail the build.
     for number in (0, 1, 3):
         write_epoch(release / "solo", number, epoch_document(number))
     wh = tmp_path / "wh"

@@ -45,7 +45,7 @@ def test_materialize_all_in_the_browser(dagster_ui, browser):
     browser.get(f"{dagster_ui.url}/asset-groups")
     materialize = wait_for(lambda: button(browser, browser, "Materialize all"), "the Materialize all button", browser)
     for group in ("ingest", "models", "exports"):
-        wait_for(lambda: button(browser, browser, group), f"the {group} group", browser)
+        wait_for(lambda group=group: button(browser, browser, group), f"the {group} group", browser)
     time.sleep(1)  # let the graph finish laying out for the screenshot
     screenshot(browser, "asset_graph")
     materialize.click()

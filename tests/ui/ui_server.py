@@ -305,7 +305,7 @@ class DagsterUI(DagsterQueries):
         pytest.fail(f"dg dev did not load the code location within {STARTUP_TIMEOUT} s:\n{self.log_tail()}")
 
     def stop_sensors(self) -> list[str]:
-        """Stops every running sensor (the release sensor, the automation sensor), so that only the test launches runs."""
+        """Stops every running sensor (the release sensor, the automation sensor), so only the test launches runs."""
         sensors = self.graphql(
             """query($selector: RepositorySelector!) { sensorsOrError(repositorySelector: $selector) {
                  ... on Sensors { results { name sensorState { id status } } } } }""",

@@ -39,7 +39,7 @@ def _examples(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = No
     total = relation.fetchone()[0]
     cursor = con.execute(f"select * from ({sql}) limit {EXAMPLES}", params or [])
     names = [column[0] for column in cursor.description]
-    return total, [dict(zip(names, row)) for row in cursor.fetchall()]
+    return total, [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def _result(total: int, examples: list[dict], severity: dg.AssetCheckSeverity, what: str) -> dg.AssetCheckResult:
@@ -147,7 +147,9 @@ def epoch_gaps(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
             from epoch_metrics
         ),
         gaps as (
-            select run_id, list((epoch + 1)::varchar || '-' || (next_epoch - 1)::varchar order by epoch) as missing_ranges
+            select
+                run_id,
+                list((epoch + 1)::varchar || '-' || (next_epoch - 1)::varchar order by epoch) as missing_ranges
             from loaded where next_epoch > epoch + 1 group by run_id
         )
         select run_id, first_epoch, last_epoch, n_epochs, missing_epochs, missing_ranges
