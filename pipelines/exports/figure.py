@@ -19,6 +19,7 @@ import polars as pl
 if TYPE_CHECKING:
     import numpy as np
     from matplotlib.figure import Figure
+    from PIL import Image
 
 # The paper's file names for some ablations, written beside `<ablation>.png`.
 PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
@@ -26,10 +27,13 @@ PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
 # Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes.
 _RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "path"}
-_NO_DATE = {"svg": {"Date": None}, "png": {}}
+_NO_DATE = {"svg": {"Date": None}}
 FIGURE_INCHES = (14, 7.2)
+FIGURE_DPI = 150
+# zlib level of the PNG: 3 is a third faster to write than PIL's default 6, for files a few percent larger.
+PNG_COMPRESSION = 3
 LEGEND_COLUMNS = 4  # runs per row of the legend below the panels
-PREVIEW_SCALE = 0.4  # the UI's preview: the PNG shrunk to 60 dpi
+PREVIEW_SCALE = 0.4  # the UI's preview: the PNG's raster shrunk to 60 dpi
 JOBS_PER_HELPER = 4  # figures to draw per helper process spawned (draw_figures)
 JOBS_AHEAD = 2  # figures handed to each helper before it finishes one
 NEEDED_EPOCH_COLUMNS = [
@@ -342,10 +346,12 @@ def ablation_figure(
     return fig
 
 
-def render(fig: Figure, fmt: str, dpi: int = 150) -> bytes:
+def render(fig: Figure, fmt: str, dpi: int = FIGURE_DPI) -> bytes:
     """The figure as PNG, SVG or JPEG bytes; the same figure always gives the same bytes."""
     import matplotlib
 
+    if fmt == "png":
+        return png_bytes(raster(fig, dpi), dpi)
     buffer = io.BytesIO()
     extra = {"pil_kwargs": {"quality": 80}} if fmt in ("jpg", "jpeg") else {"metadata": _NO_DATE.get(fmt)}
     with matplotlib.rc_context(_RC):
@@ -353,24 +359,40 @@ def render(fig: Figure, fmt: str, dpi: int = 150) -> bytes:
     return buffer.getvalue()
 
 
-def figure_files(ablation: str | None, fig: Figure) -> dict[str, bytes]:
-    """File name -> bytes for one ablation: `<ablation>.png`, `<ablation>.svg` and any paper name."""
-    png = render(fig, "png")
+def raster(fig: Figure, dpi: int = FIGURE_DPI) -> Image.Image:
+    """The figure drawn by Agg at dpi on white, as an RGB image (opaque: an alpha channel would only add bytes)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="rgba", dpi=dpi, facecolor="white")
+    width = int(fig.get_figwidth() * dpi)  # Agg's canvas truncates the figure's size in pixels
+    return Image.frombuffer("RGBA", (width, len(buffer.getbuffer()) // (4 * width)), buffer.getbuffer()).convert("RGB")
+
+
+def png_bytes(image: Image.Image, dpi: int = FIGURE_DPI) -> bytes:
+    """PNG bytes of a raster, compressed at PNG_COMPRESSION."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="png", compress_level=PNG_COMPRESSION, dpi=(dpi, dpi))
+    return buffer.getvalue()
+
+
+def figure_files(ablation: str | None, fig: Figure, image: Image.Image | None = None) -> dict[str, bytes]:
+    """File name -> bytes for one ablation: `<ablation>.png`, `<ablation>.svg` and any paper name; image: the
+    figure's raster if already drawn."""
+    png = png_bytes(raster(fig) if image is None else image)
     files = {f"{file_stem(ablation)}.png": png, f"{file_stem(ablation)}.svg": render(fig, "svg")}
     if ablation in PAPER_FIGURE_NAMES:
         files[PAPER_FIGURE_NAMES[ablation]] = png
     return files
 
 
-def preview_jpeg(png: bytes) -> bytes:
-    """A small JPEG of a figure for the UI, shrunk from its PNG (cheaper than drawing the figure a third time)."""
+def preview_jpeg(image: Image.Image) -> bytes:
+    """A small JPEG of a figure for the UI, shrunk from its raster (cheaper than drawing the figure again)."""
     from PIL import Image
 
-    with Image.open(io.BytesIO(png)) as image:
-        size = (round(image.width * PREVIEW_SCALE), round(image.height * PREVIEW_SCALE))
-        small = image.convert("RGB").resize(size, Image.Resampling.LANCZOS)
+    size = (round(image.width * PREVIEW_SCALE), round(image.height * PREVIEW_SCALE))
     buffer = io.BytesIO()
-    small.save(buffer, format="jpeg", quality=80)
+    image.resize(size, Image.Resampling.LANCZOS).save(buffer, format="jpeg", quality=80)
     return buffer.getvalue()
 
 
@@ -388,8 +410,8 @@ class FigureJob:
 def draw(job: FigureJob) -> tuple[dict[str, bytes], bytes | None]:
     """The files of one ablation's figure (figure_files) and its preview JPEG if asked for."""
     fig = ablation_figure(job.ablation, *job.rows, job.smoothing, final_window=job.final_window)
-    files = figure_files(job.ablation, fig)
-    return files, preview_jpeg(files[f"{file_stem(job.ablation)}.png"]) if job.preview else None
+    image = raster(fig)
+    return figure_files(job.ablation, fig, image), preview_jpeg(image) if job.preview else None
 
 
 def draw_figures(jobs: list[FigureJob], workers: int = 0) -> list[tuple[dict[str, bytes], bytes | None]]:
