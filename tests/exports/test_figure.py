@@ -79,6 +79,26 @@ def test_a_single_run_ablation_renders(tables):
     assert files["other.png"].startswith(b"\x89PNG") and b"<svg" in files["other.svg"][:500]
 
 
+def test_the_png_and_preview_are_matplotlibs_own_drawing_of_the_figure(tables):
+    # matplotlib's own PNG writer is the reference: the same pixels, whatever route the files take.
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    fig = ablation_figure("other", tables["runs"], tables["epochs"], tables["summary"])
+    reference = io.BytesIO()
+    fig.savefig(reference, format="png", dpi=150, facecolor="white")
+    expected = np.asarray(Image.open(reference).convert("RGB"))
+    files, preview = draw(
+        FigureJob("other", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, True)
+    )
+    png = Image.open(io.BytesIO(files["other.png"]))
+    assert png.mode == "RGB" and png.size == (2100, 1080)  # 14 x 7.2 inches at 150 dpi
+    assert np.array_equal(np.asarray(png), expected)
+    assert Image.open(io.BytesIO(preview)).size == (840, 432)  # shrunk to 40%
+
+
 def test_a_run_with_one_epoch_and_runs_without_epochs_still_render(tables):
     epochs = tables["epochs"].filter((pl.col("run_id") != "r_short") | (pl.col("epoch") == 0))
     fig = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
