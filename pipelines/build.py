@@ -71,7 +71,6 @@ MAX_PARTITION_GAP = 25
 
 
 def _build_locked(config, full_scan: bool = False) -> list[str]:
-    import dagster as dg
 
     from pipelines.definitions import build_definitions
     from pipelines.defs.ingest.partitions import partition_key
@@ -99,14 +98,33 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
 
     definitions = build_definitions(config)
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
-    instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
-    with instance, _planned_events_per_asset(not persistent):
+    with _instance(persistent, config.executor) as instance, _planned_events_per_asset(not persistent):
         result = _run_job(
-            definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)), persistent
+            definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)), persistent, config
         )
     if not result.success:
         raise BuildError(failure_reason(result))
     return print_summary(config.warehouse, time.perf_counter() - started)
+
+
+@contextmanager
+def _instance(persistent: bool, executor: str) -> Iterator:
+    """The Dagster instance of a build: DAGSTER_HOME's when set; else a throwaway one, in memory, or, for a
+    distributed executor, whose workers open it by reference, in a temporary folder."""
+    import tempfile
+
+    import dagster as dg
+
+    if persistent:
+        with dg.DagsterInstance.get() as instance:
+            yield instance
+    elif executor == "in_process":
+        with dg.DagsterInstance.ephemeral() as instance:
+            yield instance
+    else:
+        with tempfile.TemporaryDirectory(prefix="grpo-dagster-") as home:
+            with dg.DagsterInstance.local_temp(home) as instance:
+                yield instance
 
 
 @contextmanager
@@ -127,7 +145,7 @@ def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
             os.environ[name] = before
 
 
-def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent: bool):
+def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent: bool, config):
     """Runs refresh_warehouse over the stale run partitions (and, on a kept instance, those it has never seen); runs
     and stale are partition keys."""
     from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
@@ -148,6 +166,11 @@ def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent:
     def execute(**selection):
         return job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False, **selection)
 
+    if config.executor != "in_process":
+        failed = _ingest_distributed(
+            instance, config, [piece for block in blocks for piece in _pieces(block, config.partitions_per_run)]
+        )
+        return failed or execute(asset_selection=_asset_keys(definitions, partitioned=False))
     # Blocks apart from the last are ingested on their own; the last goes with every other asset.
     for block in blocks[:-1]:
         result = execute(tags=run_range_tags(block[0], block[-1]), asset_selection=_asset_keys(definitions, True))
@@ -156,6 +179,37 @@ def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent:
     if blocks:
         return execute(tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
     return execute(asset_selection=_asset_keys(definitions, partitioned=False))
+
+
+def _pieces(block: list[str], size: int) -> list[list[str]]:
+    """A block of consecutive partition keys cut into ranges of at most size keys."""
+    return [block[start : start + size] for start in range(0, len(block), size)]
+
+
+def _ingest_distributed(instance, config, ranges: list[list[str]]):
+    """Ingests each range of partition keys as its own run of ingest_runs on the configured executor, all at once,
+    so that the cluster's workers take the runs' steps in parallel; returns the first failed run's result, or None.
+
+    The job is rebuilt on each worker from the configuration's fields (definitions.ingest_job_for). A step ingests its
+    runs in its worker's own process: a Dask worker is a daemon process, which may not start a pool of its own.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dagster as dg
+
+    from pipelines.defs.ingest.partitions import run_range_tags
+
+    fields = {name: getattr(config, name) for name in type(config).model_fields} | {"workers": 1}
+    job = dg.build_reconstructable_job(
+        "pipelines.definitions", "ingest_job_for", reconstructable_kwargs={"config": fields}
+    )
+
+    def ingest(keys: list[str]):
+        return dg.execute_job(job, instance, tags=run_range_tags(keys[0], keys[-1]), raise_on_error=False)
+
+    with ThreadPoolExecutor(max(1, min(len(ranges), 16))) as threads:
+        results = list(threads.map(ingest, ranges))
+    return next((result for result in results if not result.success), None)
 
 
 def failure_reason(result) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.defs.ingest.partitions import REFRESHES_TAG
-from pipelines.defs.ingest.sensors import release_files_sensor
+from pipelines.defs.ingest.sensors import ingest_runs_job, ingest_runs_job_on, release_files_sensor
 from pipelines.defs.resources import WarehouseConfig
 
 # The SQL models and exports follow their inputs by themselves: when an upstream asset (a lake partition, another
@@ -58,14 +58,51 @@ def build_definitions(config: WarehouseConfig) -> dg.Definitions:
     # Every run executes its steps in one process: the model steps take turns anyway (pool "duckdb_writer",
     # one slot) and ingest spreads over cores itself, so a process per step only added its start-up (seconds per
     # step, a minute per "Materialize all" of the ~25 steps) without any parallelism to show for it.
+    ingest_job = ingest_runs_job
+    if config.executor == "dask":
+        automated, ingest_job = _distributed(automated, config)
     return dg.Definitions.merge(
         automated,
         dg.Definitions(
-            sensors=[automation_sensor, release_files_sensor(config.sensor_interval_seconds)],
+            sensors=[automation_sensor, release_files_sensor(config.sensor_interval_seconds, ingest_job)],
             resources={"warehouse": config},
             executor=dg.in_process_executor,
         ),
     )
+
+
+def _distributed(loaded: dg.Definitions, config: WarehouseConfig) -> tuple[dg.Definitions, object]:
+    """The definitions with the run partitions spread out: ingest_runs' steps run on the Dask cluster, and a backfill
+    of the lake becomes Dagster runs of partitions_per_run partitions each. Every other job keeps the in-process
+    executor: the models write one DuckDB file, on this node, one step at a time (pool duckdb_writer), which the Dask
+    executor does not enforce."""
+    from pipelines.distributed import dask_cluster_executor
+
+    executor = dask_cluster_executor.configured({"address": config.dask_address}, name="dask_executor")
+    ingest_job = ingest_runs_job_on(executor)
+    policy = dg.BackfillPolicy.multi_run(config.partitions_per_run)
+    assets = [
+        asset.with_attributes(backfill_policy=policy)
+        if isinstance(asset, dg.AssetsDefinition) and asset.partitions_def is not None
+        else asset
+        for asset in loaded.assets or []
+    ]
+    jobs = [ingest_job if job.name == ingest_job.name else job for job in loaded.jobs or []]
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=loaded.asset_checks,
+        jobs=jobs,
+        schedules=loaded.schedules,
+        sensors=loaded.sensors,
+        resources=loaded.resources,
+        loggers=loaded.loggers,
+    ), ingest_job
+
+
+def ingest_job_for(config: dict) -> dg.JobDefinition:
+    """The ingest_runs job of the definitions for a configuration's fields: how a Dask worker rebuilds the job
+    (dagster.build_reconstructable_job) with the same configuration as the build that submitted its step."""
+    return build_definitions(WarehouseConfig(**config)).resolve_job_def(ingest_runs_job.name)
 
 
 @dg.definitions

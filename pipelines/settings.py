@@ -27,6 +27,9 @@ ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
 ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
 ENV_QUIET_SECONDS = "GRPO_QUIET_SECONDS"
 ENV_STORAGE_VERSION = "GRPO_DUCKDB_STORAGE_VERSION"
+ENV_EXECUTOR = "GRPO_EXECUTOR"
+ENV_DASK_ADDRESS = "GRPO_DASK_ADDRESS"
+ENV_PARTITIONS_PER_RUN = "GRPO_PARTITIONS_PER_RUN"
 # Each variable: the configuration field it sets, and how its text becomes the field's value.
 ENVIRONMENT = {
     ENV_RELEASES: ("releases", "paths"),
@@ -38,6 +41,9 @@ ENVIRONMENT = {
     ENV_MEMORY_LIMIT: ("duckdb_memory_limit", "text"),
     ENV_QUIET_SECONDS: ("quiet_seconds", "whole"),
     ENV_STORAGE_VERSION: ("duckdb_storage_version", "text"),
+    ENV_EXECUTOR: ("executor", "text"),
+    ENV_DASK_ADDRESS: ("dask_address", "text"),
+    ENV_PARTITIONS_PER_RUN: ("partitions_per_run", "whole"),
 }
 
 

@@ -28,6 +28,7 @@ _AT_LEAST = {
     "final_window": (1, "epochs"),
     "bootstrap_reps": (1, "replicates"),
     "breakdown_window": (1, "epochs"),
+    "partitions_per_run": (1, "run partitions"),
 }
 
 
@@ -48,6 +49,12 @@ class WarehouseConfig(dg.ConfigurableResource):
     # The storage version of warehouse.duckdb (and of the build database it is copied from): the oldest DuckDB
     # version that can open it, such as "v1.0.0" or "v1.4.0".
     duckdb_storage_version: str = DEFAULT_STORAGE_VERSION
+    # Where the run partitions of the lake are ingested (docs/scale-out.md): "in_process", in this process and its
+    # pool of ingest processes; "dask", as Dagster runs of partitions_per_run partitions each whose steps run on
+    # the workers of the Dask scheduler at dask_address (tcp://host:8786). The models stay in this process.
+    executor: Literal["in_process", "dask"] = "in_process"
+    dask_address: str = ""
+    partitions_per_run: int = 25
     # Metric parameters (CONTRACT.md), visible to the SQL as getvariable('<name>').
     ema_weight: float = 0.9
     rolling_window: int = 20
@@ -109,6 +116,7 @@ class WarehouseConfig(dg.ConfigurableResource):
         if self.advantage_tolerance < 0 or self.reward_tolerance < 0:
             raise ConfigError("advantage_tolerance and reward_tolerance must be 0 or more")
         _check_memory_limit(self.duckdb_memory_limit)
+        _check_executor(self.executor, self.dask_address)
         if problem := duckdb_path_problem(self.warehouse):
             raise ConfigError(f"the warehouse path {self.warehouse} {problem}: choose another folder")
 
@@ -168,6 +176,21 @@ def _check_memory_limit(limit: str) -> None:
     except duckdb.Error:
         raise ConfigError(
             f"{_named('duckdb_memory_limit')} {limit!r} is not a DuckDB memory size such as 512MB or 2GB"
+        ) from None
+
+
+def _check_executor(executor: str, dask_address: str) -> None:
+    if executor != "dask":
+        return
+    if not dask_address:
+        raise ConfigError(
+            f"{_named('executor')} dask needs the scheduler's address: set {_named('dask_address')} to tcp://host:8786"
+        )
+    try:
+        import dagster_dask  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            f"{_named('executor')} dask needs dagster-dask and distributed: pip install 'grpo-warehouse[scale-out]'"
         ) from None
 
 

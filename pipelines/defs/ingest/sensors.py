@@ -36,12 +36,21 @@ scan_releases_job = dg.define_asset_job(
     description="Lists the run folders of the releases and resolves their attributes (lake/runs); a run folder that "
     "went away leaves the lake. Launched by release_files_sensor when run folders appear or go away.",
 )
-ingest_runs_job = dg.define_asset_job(
-    "ingest_runs",
-    selection=dg.AssetSelection.assets(*RUN_LAKE_KEYS),
-    description="Flattens the new, changed or removed epoch files of the selected run partitions into the Parquet "
-    "lake. Launched by release_files_sensor, one run per run folder whose files settled after a change.",
-)
+
+
+def ingest_runs_job_on(executor_def: dg.ExecutorDefinition | None = None):
+    """The job that ingests run partitions, its steps run by executor_def (None: the code location's executor)."""
+    return dg.define_asset_job(
+        "ingest_runs",
+        selection=dg.AssetSelection.assets(*RUN_LAKE_KEYS),
+        executor_def=executor_def,
+        description="Flattens the new, changed or removed epoch files of the selected run partitions into the Parquet "
+        "lake. Launched by release_files_sensor, one run per run folder whose files settled after a "
+        "change, and by `grpo-warehouse build` on a distributed executor, one run per block of partitions.",
+    )
+
+
+ingest_runs_job = ingest_runs_job_on()
 
 
 @dataclass
@@ -205,12 +214,16 @@ def skip_reason(changes: ReleaseChanges, runs: int) -> str:
     )
 
 
-def release_files_sensor(interval_seconds: int) -> dg.SensorDefinition:
-    """The release sensor, looking every interval_seconds (the configuration's sensor_interval_seconds)."""
+def release_files_sensor(
+    interval_seconds: int,
+    ingest_job=ingest_runs_job,
+) -> dg.SensorDefinition:
+    """The release sensor, looking every interval_seconds (the configuration's sensor_interval_seconds), launching
+    ingest_job (ingest_runs, on the configured executor)."""
 
     @dg.sensor(
         name="release_files_sensor",
-        jobs=[scan_releases_job, ingest_runs_job],
+        jobs=[scan_releases_job, ingest_job],
         minimum_interval_seconds=interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
