@@ -54,8 +54,10 @@ members as (
     select
         summaries.*,
         coalesce(runs.arm, summaries.run_id) as arm,
-        row_number() over (partition by summaries.ablation, coalesce(runs.arm, summaries.run_id)
-                           order by summaries.run_id) - 1 as run_position,
+        row_number() over (
+            partition by summaries.ablation, coalesce(runs.arm, summaries.run_id)
+            order by summaries.run_id
+        ) - 1 as run_position,
         count(*) over (partition by summaries.ablation, coalesce(runs.arm, summaries.run_id)) as arm_runs
     from summaries
     left join runs using (run_id)
@@ -89,7 +91,7 @@ arm_pairs as (
         end as unit
     from arms as arm_a
     inner join arms as arm_b
-        on arm_b.ablation = arm_a.ablation
+        on arm_a.ablation = arm_b.ablation
         and if(arm_b.arm_runs = 1, arm_b.run_id, arm_b.arm) > if(arm_a.arm_runs = 1, arm_a.run_id, arm_a.arm)
 ),
 
@@ -103,11 +105,11 @@ run_pairs as (
         sqrt(run_a.matched_std_error ^ 2 + run_b.matched_std_error ^ 2) as std_error,
         -- Welch–Satterthwaite degrees of freedom of the difference
         (run_a.matched_std_error ^ 2 + run_b.matched_std_error ^ 2) ^ 2
-            / (run_a.matched_std_error ^ 4 / run_a.matched_ci_df + run_b.matched_std_error ^ 4 / run_b.matched_ci_df)
+        / (run_a.matched_std_error ^ 4 / run_a.matched_ci_df + run_b.matched_std_error ^ 4 / run_b.matched_ci_df)
             as welch_df
     from arm_pairs
-    inner join members as run_a on run_a.ablation = arm_pairs.ablation and run_a.arm = arm_pairs.arm_a
-    inner join members as run_b on run_b.ablation = arm_pairs.ablation and run_b.arm = arm_pairs.arm_b
+    inner join members as run_a on arm_pairs.ablation = run_a.ablation and arm_pairs.arm_a = run_a.arm
+    inner join members as run_b on arm_pairs.ablation = run_b.ablation and arm_pairs.arm_b = run_b.arm
     where arm_pairs.unit = 'epochs of one run'
 ),
 
@@ -118,8 +120,8 @@ epoch_bootstrap as (
         quantile_cont(mean_b.resampled_mean - mean_a.resampled_mean, (1 - getvariable('ci_level')) / 2) as ci_low,
         quantile_cont(mean_b.resampled_mean - mean_a.resampled_mean, (1 + getvariable('ci_level')) / 2) as ci_high
     from run_pairs
-    inner join resampled_means as mean_a on mean_a.run_id = run_pairs.run_a
-    inner join resampled_means as mean_b on mean_b.run_id = run_pairs.run_b and mean_b.replicate = mean_a.replicate
+    inner join resampled_means as mean_a on run_pairs.run_a = mean_a.run_id
+    inner join resampled_means as mean_b on run_pairs.run_b = mean_b.run_id and mean_a.replicate = mean_b.replicate
     group by run_pairs.run_a, run_pairs.run_b
 ),
 
@@ -131,8 +133,8 @@ epoch_improvements as (
         count(distinct value_a.position) as n_window_epochs_a,
         count(distinct value_b.position) as n_window_epochs_b
     from run_pairs
-    inner join window_values as value_a on value_a.run_id = run_pairs.run_a
-    inner join window_values as value_b on value_b.run_id = run_pairs.run_b
+    inner join window_values as value_a on run_pairs.run_a = value_a.run_id
+    inner join window_values as value_b on run_pairs.run_b = value_b.run_id
     group by run_pairs.run_a, run_pairs.run_b
 ),
 
@@ -145,15 +147,21 @@ epoch_contrasts as (
         case getvariable('ci_method')
             when 'iid' then epoch_bootstrap.ci_low
             -- two flat windows have no spread to build an interval from
-            when 'ar1' then if(run_pairs.std_error > 0,
-                run_pairs.delta - t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
-                null)
+            when 'ar1' then if(
+                    run_pairs.std_error > 0,
+                    run_pairs.delta
+                    - t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
+                    null
+                )
         end as ci_low,
         case getvariable('ci_method')
             when 'iid' then epoch_bootstrap.ci_high
-            when 'ar1' then if(run_pairs.std_error > 0,
-                run_pairs.delta + t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
-                null)
+            when 'ar1' then if(
+                    run_pairs.std_error > 0,
+                    run_pairs.delta
+                    + t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
+                    null
+                )
         end as ci_high,
         getvariable('ci_method') as ci_method,
         epoch_improvements.prob_improvement,
@@ -183,6 +191,20 @@ replicates as (
     from generate_series(1, getvariable('bootstrap_reps'))
 ),
 
+arm_sizes as (
+    select distinct
+        ablation,
+        arm,
+        n_values
+    from arm_values
+),
+
+arm_replicates as (
+    select 0 as replicate
+    union all
+    select replicate from replicates
+),
+
 -- replicate 0 is the arm's runs themselves; the others draw as many runs, with replacement
 arm_draws as (
     select
@@ -190,13 +212,20 @@ arm_draws as (
         sizes.arm,
         replicates.replicate,
         draw.i as draw_index,
-        if(replicates.replicate = 0, draw.i,
-            (md5_number_lower(concat_ws(':', getvariable('bootstrap_seed'), sizes.ablation, sizes.arm,
-                                        replicates.replicate, draw.i))
-                % sizes.n_values::ubigint)::bigint) as position
-    from (select distinct ablation, arm, n_values from arm_values) as sizes
-    cross join (select 0 as replicate union all select replicate from replicates) as replicates
-    cross join lateral (select unnest(range(sizes.n_values)) as i) as draw
+        if(
+            replicates.replicate = 0,
+            draw.i,
+            (
+                md5_number_lower(concat_ws(
+                    ':', getvariable('bootstrap_seed'), sizes.ablation, sizes.arm, replicates.replicate, draw.i
+                ))
+                % sizes.n_values::ubigint
+            )::bigint
+        ) as position
+    from arm_sizes as sizes
+    cross join arm_replicates as replicates
+    -- a lateral subquery, which reads the row beside it, cannot be a CTE
+    cross join lateral (select unnest(range(sizes.n_values)) as i) as draw  -- noqa: ST05
 ),
 
 -- the interquartile mean of each resample: the middle values after dropping floor(n/4) at each end
@@ -221,7 +250,7 @@ arm_iqms as (
             ) as value_rank
         from arm_draws
         inner join arm_values using (ablation, arm, position)
-    )
+    ) as ranked
     group by ablation, arm, replicate
 ),
 
@@ -231,16 +260,16 @@ run_contrasts as (
         arm_pairs.run_a,
         arm_pairs.run_b,
         any_value(iqm_b.iqm - iqm_a.iqm) filter (where iqm_a.replicate = 0) as delta,
-        quantile_cont(iqm_b.iqm - iqm_a.iqm, (1 - getvariable('ci_level')) / 2)
-            filter (where iqm_a.replicate > 0) as ci_low,
-        quantile_cont(iqm_b.iqm - iqm_a.iqm, (1 + getvariable('ci_level')) / 2)
-            filter (where iqm_a.replicate > 0) as ci_high,
+        quantile_cont(iqm_b.iqm - iqm_a.iqm, (1 - getvariable('ci_level')) / 2) filter (where iqm_a.replicate > 0)
+            as ci_low,
+        quantile_cont(iqm_b.iqm - iqm_a.iqm, (1 + getvariable('ci_level')) / 2) filter (where iqm_a.replicate > 0)
+            as ci_high,
         any_value(iqm_a.iqm) filter (where iqm_a.replicate = 0) as matched_reward_a,
         any_value(iqm_b.iqm) filter (where iqm_a.replicate = 0) as matched_reward_b
     from arm_pairs
-    inner join arm_iqms as iqm_a on iqm_a.ablation = arm_pairs.ablation and iqm_a.arm = arm_pairs.arm_a
+    inner join arm_iqms as iqm_a on arm_pairs.ablation = iqm_a.ablation and arm_pairs.arm_a = iqm_a.arm
     inner join arm_iqms as iqm_b
-        on iqm_b.ablation = arm_pairs.ablation and iqm_b.arm = arm_pairs.arm_b and iqm_b.replicate = iqm_a.replicate
+        on arm_pairs.ablation = iqm_b.ablation and arm_pairs.arm_b = iqm_b.arm and iqm_a.replicate = iqm_b.replicate
     where arm_pairs.unit = 'runs' and arm_pairs.n_runs_a >= 2 and arm_pairs.n_runs_b >= 2
     group by arm_pairs.ablation, arm_pairs.run_a, arm_pairs.run_b
 ),
@@ -252,8 +281,8 @@ run_improvements as (
         arm_pairs.run_b,
         avg(mann_whitney_score(value_b.matched_reward, value_a.matched_reward)) as prob_improvement
     from arm_pairs
-    inner join arm_values as value_a on value_a.ablation = arm_pairs.ablation and value_a.arm = arm_pairs.arm_a
-    inner join arm_values as value_b on value_b.ablation = arm_pairs.ablation and value_b.arm = arm_pairs.arm_b
+    inner join arm_values as value_a on arm_pairs.ablation = value_a.ablation and arm_pairs.arm_a = value_a.arm
+    inner join arm_values as value_b on arm_pairs.ablation = value_b.ablation and arm_pairs.arm_b = value_b.arm
     where arm_pairs.unit = 'runs'
     group by arm_pairs.ablation, arm_pairs.run_a, arm_pairs.run_b
 ),

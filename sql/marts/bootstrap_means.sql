@@ -20,17 +20,27 @@ replicates as (
     where getvariable('ci_method') = 'iid'
 ),
 
+sizes as (
+    select distinct
+        run_id,
+        n_values
+    from window_values
+),
+
 draws as (
     select
         sizes.run_id,
         replicates.replicate,
         draw.i as draw_index,
         -- the low 64 bits, in unsigned integer arithmetic (a 128-bit modulo goes through DOUBLE and loses them)
-        (md5_number_lower(concat_ws(':', getvariable('bootstrap_seed'), sizes.run_id, replicates.replicate, draw.i))
-            % sizes.n_values::ubigint)::bigint as position
-    from (select distinct run_id, n_values from window_values) as sizes
+        (
+            md5_number_lower(concat_ws(':', getvariable('bootstrap_seed'), sizes.run_id, replicates.replicate, draw.i))
+            % sizes.n_values::ubigint
+        )::bigint as position
+    from sizes
     cross join replicates
-    cross join lateral (select unnest(range(sizes.n_values)) as i) as draw
+    -- a lateral subquery, which reads the row beside it, cannot be a CTE
+    cross join lateral (select unnest(range(sizes.n_values)) as i) as draw  -- noqa: ST05
 ),
 
 final as (

@@ -1,9 +1,9 @@
 -- One row per run × epoch: trajectory and group counts, the recomputed mean reward (finite rewards only) beside
 -- the file's own, the sample std of the rewards (TRL's reward_std since v0.27) and the mean of the groups' sample
 -- stds (TRL's reward_std up to v0.26; groups of 2+ finite rewards), the share of groups with no learning signal,
--- TensorBoard's debiased EMA of the mean reward (weight getvariable('ema_weight')) and its trailing mean over the epoch and up
--- to getvariable('rolling_window') − 1 loaded epochs before it. An epoch with no finite reward has a null
--- mean_reward, which the EMA passes through without counting it.
+-- TensorBoard's debiased EMA of the mean reward (weight getvariable('ema_weight')) and its trailing mean over the
+-- epoch and up to getvariable('rolling_window') − 1 loaded epochs before it. An epoch with no finite reward has a
+-- null mean_reward, which the EMA passes through without counting it.
 with recursive epochs as (
     select
         run_id,
@@ -46,7 +46,8 @@ reward_stats as (
         avg(reward / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as mean_reward,
         stddev_samp(reward order by traj_index) filter (where isfinite(reward)) as reward_std,
         count(*) filter (where not coalesce(isfinite(reward), false)) as n_nonfinite_rewards,
-        avg(advantage / 4294967296 order by traj_index) filter (where isfinite(advantage)) * 4294967296 as mean_advantage
+        avg(advantage / 4294967296 order by traj_index) filter (where isfinite(advantage)) * 4294967296
+            as mean_advantage
     from trajectories
     group by run_id, epoch
 ),
@@ -57,7 +58,8 @@ group_stats as (
         epoch,
         count(*) as n_groups,
         -- only groups of 2+ finite rewards can have a spread at all
-        avg(case when is_zero_std then 1.0 else 0.0 end order by group_index) filter (where n_finite_rewards >= 2) as frac_zero_std_groups,
+        avg(case when is_zero_std then 1.0 else 0.0 end order by group_index) filter (where n_finite_rewards >= 2)
+            as frac_zero_std_groups,
         avg(reward_std order by group_index) filter (where n_finite_rewards >= 2) as mean_group_reward_std
     from groups
     group by run_id, epoch
@@ -88,16 +90,18 @@ joined as materialized (
 -- TensorBoard's smoothing, one loaded epoch at a time: last = w·last + (1−w)·y and n += 1 for a finite y,
 -- value last / (1 − wⁿ); a non-finite y is its own value and leaves last and n alone. Recursion rather than
 -- a closed form: the closed form needs w⁻ⁿ, which overflows after a few thousand epochs.
-ema_steps(run_id, epoch_rank, ema_last, ema_count, reward_ema) as (
+ema_steps (run_id, epoch_rank, ema_last, ema_count, reward_ema) as (
     select
         run_id,
         epoch_rank,
         if(isfinite(mean_reward), (1 - getvariable('ema_weight')) * mean_reward, 0.0),
         if(isfinite(mean_reward), 1, 0),
-        if(isfinite(mean_reward),
+        if(
+            isfinite(mean_reward),
             (1 - getvariable('ema_weight')) * mean_reward
-                / if(getvariable('ema_weight') = 1, 1, 1 - getvariable('ema_weight')),
-            mean_reward)
+            / if(getvariable('ema_weight') = 1, 1, 1 - getvariable('ema_weight')),
+            mean_reward
+        )
     from joined
     where epoch_rank = 1
 
@@ -106,18 +110,22 @@ ema_steps(run_id, epoch_rank, ema_last, ema_count, reward_ema) as (
     select
         step.run_id,
         step.epoch_rank,
-        if(isfinite(step.mean_reward),
+        if(
+            isfinite(step.mean_reward),
             previous.ema_last * getvariable('ema_weight') + (1 - getvariable('ema_weight')) * step.mean_reward,
-            previous.ema_last),
+            previous.ema_last
+        ),
         previous.ema_count + if(isfinite(step.mean_reward), 1, 0),
-        if(isfinite(step.mean_reward),
+        if(
+            isfinite(step.mean_reward),
             (previous.ema_last * getvariable('ema_weight') + (1 - getvariable('ema_weight')) * step.mean_reward)
-                -- w = 1 never debiases in TensorBoard (and 1 − 1ⁿ would divide by 0)
-                / if(getvariable('ema_weight') = 1, 1, 1 - pow(getvariable('ema_weight'), previous.ema_count + 1)),
-            step.mean_reward)
+            -- w = 1 never debiases in TensorBoard (and 1 − 1ⁿ would divide by 0)
+            / if(getvariable('ema_weight') = 1, 1, 1 - pow(getvariable('ema_weight'), previous.ema_count + 1)),
+            step.mean_reward
+        )
     from ema_steps as previous
     inner join joined as step
-        on step.run_id = previous.run_id and step.epoch_rank = previous.epoch_rank + 1
+        on previous.run_id = step.run_id and step.epoch_rank = previous.epoch_rank + 1
 ),
 
 final as (
@@ -135,7 +143,8 @@ final as (
         4294967296 * avg(joined.mean_reward / 4294967296) over (
             partition by joined.run_id
             order by joined.epoch
-            rows between getvariable('rolling_window') - 1 preceding and current row
+            -- sqlfluff's DuckDB grammar takes only a number as a frame's offset, not an expression
+            rows between getvariable('rolling_window') - 1 preceding and current row  -- noqa: PRS
         ) as reward_rolling,
         joined.n_nonfinite_rewards,
         joined.mean_advantage,

@@ -18,7 +18,10 @@ with trajectories as (
 ),
 
 runs as (
-    select run_id, group_size from dim_runs
+    select
+        run_id,
+        group_size
+    from dim_runs
 ),
 
 -- `order by` in the sums fixes their order, so parallel execution cannot change the last bits of a rebuild; a
@@ -37,7 +40,8 @@ groups as (
         avg(advantage / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as advantage_mean,
         max(abs(advantage)) filter (where isfinite(reward)) as advantage_max_abs,
         count(*) filter (where isfinite(reward) and not coalesce(isfinite(advantage), false)) as n_bad_advantages,
-        corr(reward, advantage order by traj_index) filter (where isfinite(reward) and isfinite(advantage)) as advantage_reward_corr
+        corr(reward, advantage order by traj_index) filter (where isfinite(reward) and isfinite(advantage))
+            as advantage_reward_corr
     from trajectories
     group by run_id, epoch, group_index
 ),

@@ -25,7 +25,7 @@ matched_windows as (
         row_number() over (partition by epochs.run_id order by epochs.epoch desc) as rank_from_horizon
     from epochs
     inner join summaries
-        on summaries.run_id = epochs.run_id and epochs.epoch <= summaries.matched_horizon
+        on epochs.run_id = summaries.run_id and epochs.epoch <= summaries.matched_horizon
     qualify rank_from_horizon <= getvariable('final_window')
 ),
 

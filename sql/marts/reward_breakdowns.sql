@@ -19,7 +19,7 @@ with trajectories as (
             null::varchar as target_model,
             null::varchar as is_fp_control
         where false
-    )
+    ) as with_extras
 ),
 
 -- an extra whose values mixed types across epochs is stored as JSON text (strings quoted): unquote it
@@ -39,11 +39,23 @@ normalised as (
 ),
 
 levels as (
-    select run_id, epoch, traj_index, reward, 'target_model' as breakdown, target_model as level
+    select
+        run_id,
+        epoch,
+        traj_index,
+        reward,
+        'target_model' as breakdown,
+        target_model as level
     from normalised
     where target_model is not null
     union all
-    select run_id, epoch, traj_index, reward, 'is_fp_control' as breakdown, is_fp_control::varchar as level
+    select
+        run_id,
+        epoch,
+        traj_index,
+        reward,
+        'is_fp_control' as breakdown,
+        is_fp_control::varchar as level
     from normalised
     where is_fp_control is not null
 ),

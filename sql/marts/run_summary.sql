@@ -67,10 +67,10 @@ ranked as (
         horizons.peak_reward_ema,
         row_number() over (partition by epochs.run_id order by epochs.epoch desc) as rank_from_last,
         case when epochs.epoch <= horizons.matched_horizon then
-            row_number() over (
-                partition by epochs.run_id, epochs.epoch <= horizons.matched_horizon
-                order by epochs.epoch desc
-            )
+                row_number() over (
+                    partition by epochs.run_id, epochs.epoch <= horizons.matched_horizon
+                    order by epochs.epoch desc
+                )
         end as rank_from_horizon
     from epochs
     inner join horizons using (run_id)
@@ -79,13 +79,16 @@ ranked as (
 windows as (
     select
         run_id,
-        avg(mean_reward / 4294967296 order by epoch) filter (where rank_from_last <= getvariable('final_window')) * 4294967296
+        avg(mean_reward / 4294967296 order by epoch) filter (where rank_from_last <= getvariable('final_window'))
+        * 4294967296
             as final_reward,
-        avg(mean_reward / 4294967296 order by epoch) filter (where rank_from_horizon <= getvariable('final_window')) * 4294967296
+        avg(mean_reward / 4294967296 order by epoch) filter (where rank_from_horizon <= getvariable('final_window'))
+        * 4294967296
             as matched_reward,
         max(epoch) filter (where rank_from_horizon is not null) as matched_epoch,
         -- "reaching" the peak allows for rounding: the debiased EMA of a flat curve wobbles in the last bits
-        min(epoch) filter (where reward_ema >= peak_reward_ema - 1e-12 * greatest(1, abs(peak_reward_ema))) as peak_epoch
+        min(epoch) filter (where reward_ema >= peak_reward_ema - 1e-12 * greatest(1, abs(peak_reward_ema)))
+            as peak_epoch
     from ranked
     group by run_id
 ),
@@ -109,7 +112,7 @@ fit_values as (
         from ranked
         where rank_from_horizon <= getvariable('ci_fit_epochs') and isfinite(mean_reward)
         window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
-    )
+    ) as fit_span
     window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
 ),
 
@@ -135,11 +138,11 @@ detrended as (
         select
             *,
             mean_reward - avg(mean_reward) over run
-                - coalesce(regr_slope(mean_reward, x1) over run, 0) * x1
-                - coalesce(regr_slope(mean_reward, x2) over run, 0) * x2 as residual
+            - coalesce(regr_slope(mean_reward, x1) over run, 0) * x1
+            - coalesce(regr_slope(mean_reward, x2) over run, 0) * x2 as residual
         from fit_polynomials
         window run as (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
-    )
+    ) as fitted
 ),
 
 -- autocovariances γ0, γ1, γ2 of the residuals (sums over T, around their mean), and the window's size and spread
@@ -153,9 +156,13 @@ moments as (
         count(*) filter (where in_window) as window_size,
         var_samp(mean_reward order by epoch) filter (where in_window) as window_variance
     from (
-        select *, avg(residual) over (partition by run_id order by epoch rows between unbounded preceding and unbounded following) as residual_mean
+        select
+            *,
+            avg(residual)
+                over (partition by run_id order by epoch rows between unbounded preceding and unbounded following)
+                as residual_mean
         from detrended
-    )
+    ) as centred
     group by run_id
 ),
 
@@ -165,15 +172,23 @@ moments as (
 ar_fits as (
     select
         *,
-        if(raw_phi > 0, least(raw_phi + (3 + 5 * least(raw_phi + (3 + 5 * least(raw_phi + (3 + 5 * raw_phi)
-            / fit_size, 0.995)) / fit_size, 0.995)) / fit_size, 0.995), 0.0) as phi,
+        if(
+            raw_phi > 0,
+            least(
+                raw_phi + (3 + 5 * least(
+                    raw_phi + (3 + 5 * least(raw_phi + (3 + 5 * raw_phi) / fit_size, 0.995)) / fit_size, 0.995
+                )) / fit_size,
+                0.995
+            ),
+            0.0
+        ) as phi,
         least(gamma1 / raw_phi, gamma0) as drift_variance
     from (
         select
             *,
             if(gamma1 > 0 and gamma2 > 0, least(gamma2 / gamma1, 0.995), 0.0) as raw_phi
         from moments
-    )
+    ) as raw_fits
 ),
 
 -- the variance of the mean of the window's n values under that model: s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)]
@@ -186,9 +201,12 @@ window_variances as (
         window_size,
         case getvariable('ci_method')
             when 'iid' then window_variance / window_size
-            when 'ar1' then if(raw_phi > 0,
-                ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, window_size),
-                gamma0 / window_size)
+            when 'ar1'
+                then if(
+                        raw_phi > 0,
+                        ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, window_size),
+                        gamma0 / window_size
+                    )
             else error('ci_method must be ar1 or iid, not ' || getvariable('ci_method'))
         end as variance,
         if(raw_phi > 0, ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, fit_size), gamma0 / fit_size)
@@ -247,9 +265,9 @@ final as (
         horizons.matched_horizon,
         windows.matched_reward,
         windows.matched_reward - t_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
-            * intervals.matched_std_error as matched_ci_low,
+        * intervals.matched_std_error as matched_ci_low,
         windows.matched_reward + t_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
-            * intervals.matched_std_error as matched_ci_high,
+        * intervals.matched_std_error as matched_ci_high,
         iqms.matched_iqm,
         intervals.matched_effective_n,
         final_snapshot.snapshot_id as final_snapshot_id,
@@ -265,11 +283,11 @@ final as (
     left join intervals using (run_id)
     left join iqms using (run_id)
     left join snapshot_ids as final_snapshot
-        on final_snapshot.run_id = horizons.run_id and final_snapshot.epoch = horizons.last_epoch
+        on horizons.run_id = final_snapshot.run_id and horizons.last_epoch = final_snapshot.epoch
     left join snapshot_ids as best_snapshot
-        on best_snapshot.run_id = horizons.run_id and best_snapshot.epoch = windows.peak_epoch
+        on horizons.run_id = best_snapshot.run_id and windows.peak_epoch = best_snapshot.epoch
     left join snapshot_ids as matched_snapshot
-        on matched_snapshot.run_id = horizons.run_id and matched_snapshot.epoch = windows.matched_epoch
+        on horizons.run_id = matched_snapshot.run_id and windows.matched_epoch = matched_snapshot.epoch
 )
 
 select * from final

@@ -6,13 +6,28 @@ with summaries as (
 ),
 
 roles as (
-    select run_id, 'final' as role, last_epoch as epoch, final_snapshot_id as snapshot_id, 1 as role_order
+    select
+        run_id,
+        'final' as role,
+        last_epoch as epoch,
+        final_snapshot_id as snapshot_id,
+        1 as role_order
     from summaries
     union all
-    select run_id, 'best' as role, peak_epoch as epoch, best_snapshot_id as snapshot_id, 2 as role_order
+    select
+        run_id,
+        'best' as role,
+        peak_epoch as epoch,
+        best_snapshot_id as snapshot_id,
+        2 as role_order
     from summaries
     union all
-    select run_id, 'matched' as role, matched_epoch as epoch, matched_snapshot_id as snapshot_id, 3 as role_order
+    select
+        run_id,
+        'matched' as role,
+        matched_epoch as epoch,
+        matched_snapshot_id as snapshot_id,
+        3 as role_order
     from summaries
 ),
 

@@ -14,11 +14,11 @@ final as (
         epochs.*,
         row_number() over (
             partition by epochs.run_id, epochs.epoch
-            order by epochs.source_mtime desc, epochs.source_path
+            order by epochs.source_mtime desc, epochs.source_path asc
         ) as copy_rank,
         count(*) over (partition by epochs.run_id, epochs.epoch) as n_copies
     from epochs
-    where epochs.run_id in (select run_id from runs)
+    where epochs.run_id in (select runs.run_id from runs)
 )
 
 select * from final

@@ -4,11 +4,18 @@ with trajectories as (
 ),
 
 kept_documents as (
-    select run_id, epoch, source_path from fact_epochs
+    select
+        run_id,
+        epoch,
+        source_path
+    from fact_epochs
 ),
 
 runs as (
-    select run_id, group_size from dim_runs
+    select
+        run_id,
+        group_size
+    from dim_runs
 ),
 
 final as (
@@ -20,7 +27,8 @@ final as (
         trajectories.trajectory_id,
         trajectories.reward,
         trajectories.advantage,
-        trajectories.* exclude (run_id, epoch, traj_index, trajectory_id, reward, advantage)
+        -- the names in `exclude` are the star's columns, not references (sqlfluff reads them as such)
+        trajectories.* exclude (run_id, epoch, traj_index, trajectory_id, reward, advantage)  -- noqa: RF02
     from trajectories
     inner join kept_documents using (run_id, epoch, source_path)
     inner join runs using (run_id)

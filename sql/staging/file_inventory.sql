@@ -8,7 +8,11 @@ release_entries as (
 ),
 
 duplicates as (
-    select run_id, source_path from epoch_copies where copy_rank > 1
+    select
+        run_id,
+        source_path
+    from epoch_copies
+    where copy_rank > 1
 ),
 
 unioned as (

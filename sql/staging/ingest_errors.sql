@@ -16,11 +16,11 @@ duplicate_documents as (
         'duplicate_epoch' as error_kind,
         'warning' as severity,
         'epoch ' || copies.epoch || ' is also in ' || kept.source_path
-            || '; the most recently written file is kept' as message,
+        || '; the most recently written file is kept' as message,
         'not loaded: duplicate' as action
     from epoch_copies as copies
     inner join epoch_copies as kept
-        on kept.run_id = copies.run_id and kept.epoch = copies.epoch and kept.copy_rank = 1
+        on copies.run_id = kept.run_id and copies.epoch = kept.epoch and kept.copy_rank = 1
     where copies.copy_rank > 1
 ),
 

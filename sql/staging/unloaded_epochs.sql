@@ -23,7 +23,7 @@ entries as (
         min(source_path) as first_path
     from inventory
     where epoch_in_name is not null
-      and run_id in (select run_id from runs)
+        and run_id in (select runs.run_id from runs)
     group by run_id, epoch_in_name
 ),
 
@@ -43,7 +43,7 @@ ranked_problems as (
         row_number() over (partition by run_id, epoch order by source_path, error_kind) as problem_rank
     from problems
     where severity = 'error'
-      and epoch is not null
+        and epoch is not null
 ),
 
 final as (
@@ -55,8 +55,8 @@ final as (
         coalesce(ranked_problems.message, 'no epoch document was loaded from this entry') as message
     from not_loaded
     left join ranked_problems
-        on ranked_problems.run_id = not_loaded.run_id
-        and ranked_problems.epoch = not_loaded.epoch
+        on not_loaded.run_id = ranked_problems.run_id
+        and not_loaded.epoch = ranked_problems.epoch
         and ranked_problems.problem_rank = 1
 )
 
