@@ -148,7 +148,7 @@ def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
 def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent: bool, config):
     """Runs refresh_warehouse over the stale run partitions (and, on a kept instance, those it has never seen); runs
     and stale are partition keys."""
-    from pipelines.defs.ingest.partitions import run_partitions, run_range_tags
+    from pipelines.defs.ingest.partitions import THROWAWAY_TAG, run_partitions, run_range_tags
 
     job = definitions.resolve_job_def("refresh_warehouse")
     known = set(instance.get_dynamic_partitions(run_partitions.name))
@@ -163,8 +163,16 @@ def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent:
     blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
     run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
 
-    def execute(**selection):
-        return job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False, **selection)
+    throwaway = {} if persistent else {THROWAWAY_TAG: "true"}
+
+    def execute(tags=None, **selection):
+        return job.execute_in_process(
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
+            tags={**(tags or {}), **throwaway},
+            **selection,
+        )
 
     if config.executor != "in_process":
         failed = _ingest_distributed(

@@ -2,10 +2,11 @@
 files quarantined, and data versions that change only when a partition's files are rewritten."""
 
 import dagster as dg
+import polars as pl
 from conftest import epoch_document
 
 from pipelines.defs.ingest.assets import run_lake
-from pipelines.defs.ingest.partitions import run_range_tags
+from pipelines.defs.ingest.partitions import THROWAWAY_TAG, run_range_tags
 from pipelines.defs.resources import WarehouseConfig
 
 
@@ -66,3 +67,25 @@ def test_each_partition_of_a_run_over_several_carries_its_own_numbers(tmp_path, 
         write_epoch(release / "run_b", 2, epoch_document(2, n=2), layout="folder")
         materialize()
         assert lake_materializations(instance, "epochs")["run_b"].tags["dagster/data_version"] != versions["run_b"]
+
+
+def test_a_run_on_a_throwaway_instance_writes_the_same_lake_without_per_partition_numbers(tmp_path, write_epoch):
+    # The CLI build's own instance is dropped after the build: nothing would read each partition's numbers.
+    for epoch in range(2):
+        write_epoch(tmp_path / "release" / "run_a", epoch, epoch_document(epoch, n=4))
+    lakes = {}
+    for throwaway in (False, True):
+        config = WarehouseConfig(
+            releases=[str(tmp_path / "release")], warehouse_dir=str(tmp_path / f"wh_{throwaway}"), workers=1
+        )
+        tags = {THROWAWAY_TAG: "true"} if throwaway else {}
+        with dg.DagsterInstance.ephemeral() as instance:
+            instance.add_dynamic_partitions("run_id", ["run_a"])
+            result = dg.materialize(
+                [run_lake], instance=instance, resources={"warehouse": config}, partition_key="run_a", tags=tags
+            )
+            assert result.success
+            metadata = lake_materializations(instance, "epochs")["run_a"].metadata
+        assert ("grpo/epochs" in metadata) is not throwaway
+        lakes[throwaway] = pl.read_parquet(tmp_path / f"wh_{throwaway}" / "lake" / "epochs" / "*" / "*.parquet")
+    assert lakes[True].equals(lakes[False]) and lakes[True].height == 2

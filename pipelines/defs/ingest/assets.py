@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from pipelines.defs.ingest.partitions import partition_key, run_partitions, runs_by_partition
+from pipelines.defs.ingest.partitions import THROWAWAY_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import (
     ERROR_COLUMNS,
@@ -178,8 +178,9 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             f"{sum(r.epochs for r in unchanged)} epochs, {sum(r.files_quarantined for r in unchanged)} quarantined"
         )
     warn_quarantined(context, lake, [r for r in results if r.changed and r.files_quarantined])
-    for result in results:
-        partition_metadata(context, lake, result)
+    if context.run.tags.get(THROWAWAY_TAG) != "true":
+        for result in results:
+            partition_metadata(context, lake, result)
     for key in sorted(gone_keys):
         for name in RUN_TABLES:
             context.add_asset_metadata({"grpo/removed": True}, asset_key=["lake", name], partition_key=key)
