@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 
 pytestmark = pytest.mark.slow  # whole builds of a damaged release
 

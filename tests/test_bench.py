@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 
 from pipelines.bench import add_epoch_file, build_ratios, check_targets, format_table, run_bench
 from pipelines.release.sample import write_epoch_in_layout

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import epoch_document
+from helpers import epoch_document
 
 from pipelines.lake import RUN_TABLES, lake_files
 

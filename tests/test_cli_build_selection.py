@@ -5,7 +5,7 @@ from collections import Counter
 
 import dagster as dg
 import pytest
-from conftest import epoch_document
+from helpers import epoch_document
 
 import pipelines.build
 import pipelines.lake

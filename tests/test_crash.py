@@ -10,8 +10,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from conftest import epoch_document
 from filelock import FileLock
+from helpers import epoch_document
 
 from pipelines.lake import manifest_file, partition_file
 from pipelines.warehouse_db import publish

@@ -5,7 +5,7 @@ import os
 
 import duckdb
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

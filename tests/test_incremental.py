@@ -1,7 +1,7 @@
 """Incremental builds: only new or changed files are parsed, a build with no change rewrites nothing, removals leave."""
 
 import pytest
-from conftest import epoch_document, touch_later
+from helpers import epoch_document, touch_later
 
 import pipelines.lake
 

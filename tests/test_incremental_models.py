@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import epoch_document, touch_later, write_epoch_file
+from helpers import epoch_document, touch_later, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

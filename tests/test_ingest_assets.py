@@ -3,7 +3,7 @@ files quarantined, and data versions that change only when a partition's files a
 
 import dagster as dg
 import polars as pl
-from conftest import epoch_document
+from helpers import epoch_document
 
 from pipelines.defs.ingest.assets import run_lake
 from pipelines.defs.ingest.partitions import THROWAWAY_TAG, run_range_tags

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import epoch_document, touch_later
+from helpers import epoch_document, touch_later
 
 from pipelines.lake import ingest_run, ingest_runs, partition_file
 from pipelines.release.discover import find_run_folders, list_run

@@ -7,7 +7,7 @@ import dagster as dg
 import duckdb
 import polars as pl
 import pytest
-from conftest import epoch_document
+from helpers import epoch_document
 
 from pipelines.defs.models import checks
 from pipelines.lake import ingest_run, partition_file

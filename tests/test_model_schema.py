@@ -4,7 +4,7 @@ declared data tests passing on a clean build and failing on rows that break them
 import dagster as dg
 import duckdb
 import pytest
-from conftest import write_epoch_file  # at import: a test run later holds tests/ui/conftest.py as `conftest`
+from helpers import write_epoch_file
 
 from pipelines.defs.models.assets import MODELS
 from pipelines.defs.models.checks import declared_checks, evaluate_checks, violations

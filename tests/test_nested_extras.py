@@ -6,7 +6,7 @@ import json
 import duckdb
 import polars as pl
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 
 from pipelines.lake import ingest_run
 from pipelines.release.discover import RunFolder, list_run

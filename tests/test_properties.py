@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -10,7 +10,7 @@ import time
 
 import polars as pl
 import pytest
-from conftest import epoch_document
+from helpers import epoch_document
 
 import pipelines.lake
 from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, partition_file, stamps_file, unchanged_by_stamps

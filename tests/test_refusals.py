@@ -3,7 +3,7 @@ that would remove runs by mistake is refused; a failure inside a Dagster step re
 
 import dagster as dg
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 
 from pipelines.build import failure_reason
 from pipelines.cli import main

@@ -5,7 +5,7 @@ import os
 
 import dagster as dg
 import pytest
-from conftest import epoch_document
+from helpers import epoch_document
 
 import pipelines.lake
 from pipelines.defs.ingest.sensors import (

@@ -5,7 +5,7 @@ a per-trajectory extra of another length than the trajectory count."""
 import json
 
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 
 
 def _with(epoch: int, n: int = 4, **changes) -> dict:

@@ -8,7 +8,6 @@ from html.parser import HTMLParser
 import dagster as dg
 import polars as pl
 import pytest
-from export_tables import tables  # noqa: F401  (the fixture)
 from test_export_assets import build_tables, write_build_db
 
 from pipelines.defs.exports.assets import run_explorer

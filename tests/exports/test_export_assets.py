@@ -3,7 +3,6 @@
 import dagster as dg
 import polars as pl
 import pytest
-from export_tables import tables  # noqa: F401  (the fixture)
 from polars.testing import assert_frame_equal
 
 from pipelines.definitions import defs

@@ -4,7 +4,6 @@ import io
 import math
 
 import polars as pl
-from export_tables import tables  # noqa: F401  (the fixture)
 from polars.testing import assert_frame_equal
 
 from pipelines.exports.files import table_files, write_if_changed

@@ -4,7 +4,6 @@ import math
 
 import polars as pl
 import pytest
-from export_tables import tables  # noqa: F401  (the fixture)
 from matplotlib.collections import PolyCollection
 
 from pipelines.exports.figure import (

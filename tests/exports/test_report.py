@@ -5,7 +5,6 @@ import re
 
 import polars as pl
 import pytest
-from export_tables import tables  # noqa: F401  (the fixture)
 
 from pipelines.exports.report import ReportSettings, render_headlines, render_report
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import epoch_document
+from helpers import epoch_document
 
 from pipelines.release.decode import DecodeError, decode_epoch, parse_document
 

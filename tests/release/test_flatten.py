@@ -4,7 +4,7 @@ import math
 from pathlib import Path
 
 import polars as pl
-from conftest import epoch_document
+from helpers import epoch_document
 
 from pipelines.release.decode import decode_epoch
 from pipelines.release.discover import RunFolder, list_run

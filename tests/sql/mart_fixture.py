@@ -4,7 +4,6 @@ import math
 
 import duckdb
 import polars as pl
-import pytest
 
 from pipelines.models import load_models, run_model, set_parameters
 
@@ -189,13 +188,3 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, *params) -> list[dict]:
     cursor = con.execute(sql, list(params))
     names = [column[0] for column in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-@pytest.fixture
-def warehouse_con():
-    """A DuckDB connection holding the fixture's staging tables and every mart built from them."""
-    con = duckdb.connect()
-    create_staging(con, EPOCHS, RUNS)
-    build_marts(con)
-    yield con
-    con.close()

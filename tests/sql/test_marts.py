@@ -1,10 +1,10 @@
-"""The mart models on the tiny fixture of conftest.py, against values worked out by hand."""
+"""The mart models on the tiny fixture of mart_fixture.py, against values worked out by hand."""
 
 import math
 
 import duckdb
 import pytest
-from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch, rows, warehouse_con  # noqa: F401
+from mart_fixture import EPOCHS, NAN, RUNS, build_marts, create_staging, epoch, rows
 from oracles import tensorboard_ema
 
 

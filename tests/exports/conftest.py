@@ -1,4 +1,4 @@
-"""Tiny hand-written result tables shaped like the marts (two ablations: three runs and one run), and a fixture."""
+"""The export tests' fixture: tiny hand-written result tables shaped like the marts (two ablations, of 3 and 1 runs)."""
 
 import math
 

@@ -1,0 +1,49 @@
+"""Helpers the tests import by name: hand-written epoch documents and the files of tiny releases."""
+
+import json
+import os
+from pathlib import Path
+
+
+def epoch_document(epoch: int, n: int = 4, **extras) -> dict:
+    """A small valid epoch document with n trajectories; rewards 0.0, 0.25, ... and advantages their negatives."""
+    rewards = [i / 4 for i in range(n)]
+    return {
+        "epoch": epoch,
+        "loss": 0.5 + epoch,
+        "mean_reward": sum(rewards) / n if n else 0.0,
+        "kl_sample_train": 0.0,
+        "sample_entropy": 1.5,
+        "train_entropy": 1.25,
+        "snapshot_id": f"ft_snap_{epoch:03d}",
+        "trajectory_ids": [f"ft_traj_{epoch:03d}_{i}" for i in range(n)],
+        "rewards": rewards,
+        "advantages": [-r for r in rewards],
+        **extras,
+    }
+
+
+def write_epoch_file(
+    run_dir: Path, epoch: int, document=None, layout: str = "file", name_epoch: int | None = None
+) -> Path:
+    """Writes one epoch document (a dict, or raw text/bytes) in either layout; returns its path."""
+    number = epoch if name_epoch is None else name_epoch
+    path = (
+        run_dir / f"epoch_{number:03d}_results.json"
+        if layout == "file"
+        else run_dir / f"epoch_{number:03d}" / "results.json"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if document is None:
+        document = epoch_document(epoch)
+    if isinstance(document, dict):
+        document = json.dumps(document)
+    path.write_bytes(document.encode() if isinstance(document, str) else document)
+    return path
+
+
+def touch_later(path: Path) -> None:
+    """Moves a file's mtime one second on, as a rewrite a second later would: within one clock tick, a rewrite of
+    the same size could keep its mtime and look unchanged."""
+    status = path.stat()
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
