@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipelines.settings import ConfigError, published_path
+from pipelines.settings import ConfigError, published_path, release_location
 
 
 class BuildError(Exception):
@@ -31,7 +31,7 @@ def configure(
         raise BuildError(f"--workers must be 0 (one per core) or more, not {workers}")
     try:
         config = WarehouseConfig.from_env(
-            releases=[str(Path(r).absolute()) for r in releases] or None,
+            releases=[release_location(r) for r in releases] or None,
             registries=[str(Path(registry).absolute())] if registry else None,
             warehouse_dir=str(Path(warehouse).absolute()) if warehouse else None,
             workers=workers,

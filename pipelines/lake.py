@@ -22,6 +22,7 @@ from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse
 from pipelines.release.discover import (
     DOCUMENT_ORDER,
     LISTING_VERSION,
+    OBJECT_SCHEME,
     OTHER_JSON_LAYOUT,
     EpochFile,
     RunFolder,
@@ -322,7 +323,22 @@ def _read_file(file: EpochFile, max_file_bytes: int) -> bytes:
     """The bytes of an epoch file; DecodeError when it is over the limit or cannot be read."""
     if file.size > max_file_bytes:
         raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes} (max_file_bytes)")
+    if file.file_path.startswith(OBJECT_SCHEME):
+        return _read_object(file, max_file_bytes)
     return read_epoch_file(file, max_file_bytes)
+
+
+def _read_object(file: EpochFile, max_file_bytes: int) -> bytes:
+    """The bytes of an epoch document in a bucket; DecodeError when it is over the limit or cannot be read."""
+    from pipelines.release.objects import read_object
+
+    try:
+        data = read_object(file.file_path, max_file_bytes)
+    except Exception as exc:  # botocore's errors (gone, access denied) are not all OSErrors
+        raise DecodeError("unreadable", f"cannot read the object: {type(exc).__name__}: {exc}"[:300]) from None
+    if len(data) > max_file_bytes:
+        raise DecodeError("file_too_large", f"over the limit of {max_file_bytes} bytes (max_file_bytes)")
+    return data
 
 
 @contextmanager

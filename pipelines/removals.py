@@ -27,7 +27,7 @@ def removal_refusal(
     if not gone:
         return None
     showing = {run.release for run in runs.values()}
-    roots = {Path(root).name: Path(root) for root in release_roots}
+    roots = {Path(root).name: root for root in release_roots}
     by_release: dict[str, list[str]] = {}
     for run_id in gone:
         release = read_manifest(lake, run_id).get("release", "")

@@ -17,6 +17,14 @@ DEFAULT_WAREHOUSE = "warehouse"
 PUBLISHED_NAME = "warehouse.duckdb"
 
 
+OBJECT_SCHEME = "s3://"  # a release or a lake under this is in an S3-compatible bucket (docs/scale-out.md)
+
+
+def release_location(text: str) -> str:
+    """A release as given: a bucket URL as it is, a folder made absolute."""
+    return text if text.startswith(OBJECT_SCHEME) else str(Path(text).absolute())
+
+
 def published_path(warehouse: Path) -> Path:
     """The DuckDB file readers open, inside a warehouse folder."""
     return Path(warehouse) / PUBLISHED_NAME

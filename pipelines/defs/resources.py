@@ -15,7 +15,14 @@ from pipelines.models import sql_string
 from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
 from pipelines.release.registry import read_registry
 from pipelines.release.sample import ensure_sample
-from pipelines.settings import DEFAULT_WAREHOUSE, ENVIRONMENT, ConfigError, read_environment
+from pipelines.settings import (
+    DEFAULT_WAREHOUSE,
+    ENVIRONMENT,
+    OBJECT_SCHEME,
+    ConfigError,
+    read_environment,
+    release_location,
+)
 from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, duckdb_path_problem
 
 # Lower bounds of the whole-number settings, and the text that says what they count.
@@ -124,7 +131,7 @@ class WarehouseConfig(dg.ConfigurableResource):
         """Raises ConfigError for a release, registry or warehouse folder the build cannot use: called before a
         build starts, as the files may change between builds."""
         for release in self.releases:
-            if problem := release_problem(Path(release)):
+            if problem := release_problem(release_location(release)):
                 raise ConfigError(problem)
         for registry in self.registries:
             read_registry(Path(registry))  # RegistryError (a ConfigError) names the file, the line and the problem
@@ -138,10 +145,11 @@ class WarehouseConfig(dg.ConfigurableResource):
     def sample_dir(self) -> Path:
         return self.warehouse / "sample_release"
 
-    def release_roots(self) -> list[Path]:
-        """The configured release folders, or the bundled sample release, written on first use."""
+    def release_roots(self) -> list[Path | str]:
+        """The configured release folders (a bucket's release as its s3:// URL), or the bundled sample release, written
+        on first use."""
         if self.releases:
-            return [Path(r).absolute() for r in self.releases]
+            return [r if r.startswith(OBJECT_SCHEME) else Path(r).absolute() for r in self.releases]
         return [Path(p).absolute() for p in ensure_sample(self.sample_dir, seed=self.sample_seed)]
 
     def find_runs(self) -> tuple[dict[str, RunFolder], list[SkippedEntry], list[str]]:

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.settings import OBJECT_SCHEME
+
 # Nine digits at most: an epoch number always fits the warehouse's 64-bit integers.
 EPOCH_FILE_NAME = re.compile(r"^epoch_(\d{1,9})_results\.json$")
 EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
@@ -56,7 +58,9 @@ class EpochFile:
     # 0 when unknown.
     device: int = 0
     inode: int = 0
-    ctime_ns: int = 0  # its change time, which no writer can set back; 0 when unknown
+    # Its change time, which no writer can set back; for an object in a bucket, a digest of its ETag, which every
+    # write changes; 0 when unknown.
+    ctime_ns: int = 0
 
     @property
     def path(self) -> Path:
@@ -132,7 +136,9 @@ def folders_unchanged(release_root: Path, stamps: dict[str, list[int]]) -> bool:
     return True
 
 
-def _relative(path: Path, root: Path) -> str:
+def _relative(path: Path | str, root: Path | str) -> str:
+    if isinstance(path, str):  # an object's URL (pipelines.release.objects), under its root's
+        return path[len(str(root)) + 1 :]
     return path.relative_to(root).as_posix()
 
 
@@ -196,8 +202,26 @@ def list_run_folders(release_root: Path) -> tuple[list[RunFolder], list[SkippedE
     return runs, skipped
 
 
-def list_run(run: RunFolder) -> RunListing:
-    """Every epoch document of one run folder, and the inventory of everything else in it."""
+class LocalTree:
+    """How list_run looks at a folder on a disk: the folder's status, and its entries in name order."""
+
+    @staticmethod
+    def stat(path) -> os.stat_result:
+        return os.stat(path, follow_symlinks=False)
+
+    @staticmethod
+    def scan(path) -> list[os.DirEntry]:
+        with os.scandir(path) as listing:
+            return sorted(listing, key=_name)
+
+
+def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
+    """Every epoch document of one run folder, and the inventory of everything else in it; tree is how its folders
+    are looked at (LocalTree; an object store's listing of the run, pipelines.release.objects)."""
+    if tree is LocalTree and isinstance(run.path, str) and run.path.startswith(OBJECT_SCHEME):
+        from pipelines.release.objects import list_object_run
+
+        return list_object_run(run)
     # A no-change build lists every file of every run, so this loop costs about one stat per file: plain
     # strings rather than Path objects, os.scandir's entries (their type comes with the listing, their stat
     # is one call), and a real-path check only for links. An entry that is not a link, in a folder whose real
@@ -305,11 +329,10 @@ def list_run(run: RunFolder) -> RunListing:
             skip(f"{folder_path}/{other.name}", beside, epoch=epoch)
 
     try:
-        st = os.stat(run.path, follow_symlinks=False)
+        st = tree.stat(run.path)
         folders = None if stat.S_ISLNK(st.st_mode) else {prefix: folder_stamp(st)}
         changed_at_ns = st.st_ctime_ns
-        with os.scandir(run.path) as listing:
-            entries = sorted(listing, key=_name)
+        entries = tree.scan(run.path)
     except OSError as exc:
         skip(prefix, f"cannot list run folder: {exc.strerror}", "unreadable")
         return RunListing(run, epoch_files, skipped)
@@ -332,8 +355,7 @@ def list_run(run: RunFolder) -> RunListing:
                     folder = entry.stat(follow_symlinks=False)
                     folders[source_path] = folder_stamp(folder)
                     changed_at_ns = max(changed_at_ns, folder.st_ctime_ns)
-                with os.scandir(entry.path) as listing:
-                    inner_entries = sorted(listing, key=_name)
+                inner_entries = tree.scan(entry.path)
             except OSError as exc:
                 skip(source_path, f"cannot list epoch folder: {exc.strerror}", "unreadable", epoch=int(match.group(1)))
                 continue
@@ -357,6 +379,10 @@ def _name(entry: os.DirEntry) -> str:
 def release_problem(root: Path) -> str | None:
     """Why a folder cannot be a release, or None: missing, not a folder, unreadable, or a run folder itself (epoch
     documents at its top level), which names the folder to give instead."""
+    if str(root).startswith(OBJECT_SCHEME):
+        from pipelines.release.objects import object_release_problem
+
+        return object_release_problem(str(root))
     root = Path(root)
     if not root.exists():
         return f"release folder {shown(str(root))} does not exist"
@@ -400,8 +426,13 @@ def find_run_folders(
         if problem := release_problem(root):
             problems.append(problem)
             continue
-        found, skipped = list_run_folders(Path(root))
-        if real_warehouse is not None:
+        if str(root).startswith(OBJECT_SCHEME):
+            from pipelines.release.objects import list_object_release
+
+            found, skipped = list_object_release(str(root))
+        else:
+            found, skipped = list_run_folders(Path(root))
+        if real_warehouse is not None and not str(root).startswith(OBJECT_SCHEME):
             inside = [run for run in found if _holds(Path(os.path.realpath(run.path)), real_warehouse)]
             found = [run for run in found if run not in inside]
             skipped += [

@@ -1,0 +1,146 @@
+"""Releases in an S3-compatible bucket (moto's server on loopback): the same runs, layouts and problems as the same
+files on a disk, and the incremental ingest of new, rewritten and fixed objects by their ETags."""
+
+import json
+from datetime import UTC, datetime
+
+import polars as pl
+import pytest
+from conftest import epoch_document, write_epoch_file
+
+import pipelines.lake
+from pipelines.lake import ingest_run, partition_file, select_runs
+from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
+from pipelines.release.objects import ObjectTree, filesystem
+
+LIMIT = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server on a free loopback port, the AWS variables pointing at it while the module's tests run."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    patch = pytest.MonkeyPatch()
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        patch.setenv(name, value)
+    filesystem.cache_clear()
+    try:
+        yield
+    finally:
+        filesystem.cache_clear()
+        patch.undo()
+        server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server, request):
+    """An empty bucket of the test's own; yields (s3fs filesystem, bucket name)."""
+    fs = filesystem()
+    name = request.node.name.replace("_", "-")[:50].lower().strip("-")
+    fs.mkdir(name)
+    return fs, name
+
+
+def upload(fs, folder, url: str) -> None:
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        fs.pipe_file(f"{url}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+
+
+def test_a_release_in_a_bucket_lists_as_the_same_folder_on_disk(bucket, tmp_path):
+    fs, name = bucket
+    release = tmp_path / "rel"
+    write_epoch_file(release / "flat run", 1)
+    write_epoch_file(release / "flat run", 2, "{not json")
+    (release / "flat run" / "epoch_2_results.json.bak").write_text("{}")
+    write_epoch_file(release / "folder=run", 1, layout="folder")
+    (release / "folder=run" / "epoch_001" / "metrics.json").write_text(json.dumps(epoch_document(1)))
+    (release / "folder=run" / "epoch_002").mkdir()
+    (release / "folder=run" / "epoch_002" / "notes.txt").write_text("no document")
+    (release / "README.md").write_text("not a run")
+    upload(fs, release, f"{name}/rel")
+
+    local, local_entries, _ = find_run_folders([release])
+    remote, remote_entries, problems = find_run_folders([f"s3://{name}/rel"])
+    assert problems == []
+    assert sorted(remote) == sorted(local) == ["flat run", "folder=run"]
+    assert [vars(e) for e in remote_entries] == [vars(e) for e in local_entries]
+    for run_id in local:
+        on_disk, in_bucket = list_run(local[run_id]), list_run(remote[run_id])
+        fields = ("source_path", "epoch_in_name", "layout", "size")
+        assert [[getattr(f, k) for k in fields] for f in in_bucket.epoch_files] == [
+            [getattr(f, k) for k in fields] for f in on_disk.epoch_files
+        ]
+        assert [vars(s) for s in in_bucket.skipped] == [vars(s) for s in on_disk.skipped]
+        assert all(f.file_path.startswith(f"s3://{name}/rel/") for f in in_bucket.epoch_files)
+
+
+def test_new_rewritten_and_fixed_objects_are_read_again_and_nothing_else(bucket, tmp_path):
+    fs, name = bucket
+    url = f"s3://{name}/rel"
+    fs.pipe_file(f"{url}/run/epoch_001_results.json", json.dumps(epoch_document(1)).encode())
+    fs.pipe_file(f"{url}/run/epoch_002_results.json", b'{"epoch": 2, "trajectory_ids": [')
+    lake = tmp_path / "lake"
+
+    def ingest():
+        runs, _, _ = find_run_folders([url])
+        return ingest_run(list_run(runs["run"]), lake, LIMIT)
+
+    first = ingest()
+    assert (first.files_parsed, first.epochs, first.files_quarantined) == (2, 1, 1)
+    errors = pl.read_parquet(partition_file(lake, "errors", "run"))
+    assert errors.filter(pl.col("severity") == "error")["source_path"].to_list() == ["run/epoch_002_results.json"]
+    assert ingest().files_parsed == 0  # nothing new: no object read
+
+    fs.pipe_file(f"{url}/run/epoch_002_results.json", json.dumps(epoch_document(2)).encode())  # fixed
+    fs.pipe_file(f"{url}/run/epoch_003_results.json", json.dumps(epoch_document(3)).encode())  # new
+    # Rewritten with the same size: only its ETag tells (its last-modified time may be the same second).
+    fs.pipe_file(f"{url}/run/epoch_001_results.json", json.dumps(epoch_document(1, loss=2.5)).encode())
+    runs, _, _ = find_run_folders([url])
+    work = select_runs(runs.values(), lake, LIMIT).work["run"]
+    assert sorted(f.source_path for f in work.changed) == [f"run/epoch_00{n}_results.json" for n in (1, 2, 3)]
+    second = ingest()
+    assert (second.files_parsed, second.epochs, second.files_quarantined) == (3, 3, 0)
+    epochs = pl.read_parquet(partition_file(lake, "epochs", "run")).sort("epoch")
+    assert epochs["loss"].to_list() == [2.5, 2.5, 3.5]
+
+
+def test_an_object_rewritten_in_the_same_second_at_the_same_size_is_changed_by_its_etag(tmp_path, monkeypatch):
+    modified = datetime(2026, 1, 1, tzinfo=UTC)
+    text = json.dumps(epoch_document(1)).encode()
+    release = "s3://b/rel"
+
+    def listing(etag: str):
+        info = {
+            "name": "b/rel/run/epoch_001_results.json",
+            "size": len(text),
+            "LastModified": modified,
+            "ETag": etag,
+            "type": "file",
+        }
+        return list_run(RunFolder("run", "rel", release, f"{release}/run"), ObjectTree(f"{release}/run", [info]))
+
+    reads = []
+    monkeypatch.setattr(pipelines.lake, "_read_object", lambda file, limit: reads.append(file.source_path) or text)
+    lake = tmp_path / "lake"
+    assert ingest_run(listing('"aaa"'), lake, LIMIT).files_parsed == 1
+    assert ingest_run(listing('"aaa"'), lake, LIMIT).files_parsed == 0
+    assert ingest_run(listing('"bbb"'), lake, LIMIT).files_parsed == 1
+    assert reads == ["run/epoch_001_results.json"] * 2
+
+
+def test_a_missing_bucket_or_a_run_folder_given_as_the_release_is_refused_in_one_line(bucket):
+    fs, name = bucket
+    fs.pipe_file(f"{name}/run/epoch_001_results.json", json.dumps(epoch_document(1)).encode())
+    assert "does not exist" in release_problem("s3://no-such-bucket-here/rel")
+    refusal = release_problem(f"s3://{name}/run")
+    assert "is a run folder" in refusal and f"--release s3://{name}" in refusal
+    assert release_problem(f"s3://{name}") is None
