@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pytest
-from conftest import epoch_document, write_epoch_file
+from helpers import epoch_document, write_epoch_file
 
 import pipelines.lake
 from pipelines.lake import ingest_run, partition_file, select_runs
