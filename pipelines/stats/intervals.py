@@ -52,23 +52,31 @@ def window_variance(drift: np.ndarray, phi: np.ndarray, noise: np.ndarray, n) ->
     return drift / n * ratio + noise / n
 
 
-def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.ndarray]:
-    """Per row: the AR coefficient, the window mean's variance, the window's effective n (the last `window` values)
-    and the whole fit's."""
-    residuals = detrend(values, epochs)
-    gamma = autocovariances(residuals, 2)
-    size = values.shape[1]
-    drifting = (gamma[:, 1] > 0) & (gamma[:, 2] > 0)
-    raw_phi = np.where(drifting, np.minimum(gamma[:, 2] / np.where(drifting, gamma[:, 1], 1), MAX_PHI), 0.0)
+def debiased_phi(raw_phi: np.ndarray, size: int) -> np.ndarray:
+    """φ̂ corrected for the downward bias of an AR fit on `size` detrended values, φ ← φ̂ + (3 + 5φ)/T (three rounds;
+    the (1 + 3φ)/T of a fitted mean, with one term more per fitted trend coefficient), capped at MAX_PHI."""
     phi = raw_phi
     for _ in range(BIAS_ROUNDS):
         phi = np.minimum(raw_phi + ((TREND_DEGREE + 1) + (TREND_DEGREE + 3) * phi) / size, MAX_PHI)
-    phi = np.where(drifting, phi, 0.0)
-    drift = np.where(drifting, np.minimum(gamma[:, 1] / np.where(drifting, raw_phi, 1), gamma[:, 0]), 0.0)
-    noise = gamma[:, 0] - drift
+    return phi
+
+
+def summarise(gamma0, drift, phi, noise, size: int, window: int) -> dict[str, np.ndarray]:
+    """The window mean's variance and effective n, and the whole fit's effective n, of a fitted drift + noise model."""
     variance = window_variance(drift, phi, noise, window)
-    fit_effective_n = gamma[:, 0] / window_variance(drift, phi, noise, size)
-    return {"phi": phi, "variance": variance, "effective_n": gamma[:, 0] / variance, "fit_effective_n": fit_effective_n}
+    fit_effective_n = gamma0 / window_variance(drift, phi, noise, size)
+    return {"phi": phi, "variance": variance, "effective_n": gamma0 / variance, "fit_effective_n": fit_effective_n}
+
+
+def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.ndarray]:
+    """Per row: the AR coefficient, the window mean's variance, the window's effective n (the last `window` values)
+    and the whole fit's."""
+    gamma = autocovariances(detrend(values, epochs), 2)
+    drifting = (gamma[:, 1] > 0) & (gamma[:, 2] > 0)
+    raw_phi = np.where(drifting, np.minimum(gamma[:, 2] / np.where(drifting, gamma[:, 1], 1), MAX_PHI), 0.0)
+    phi = np.where(drifting, debiased_phi(raw_phi, values.shape[1]), 0.0)
+    drift = np.where(drifting, np.minimum(gamma[:, 1] / np.where(drifting, raw_phi, 1), gamma[:, 0]), 0.0)
+    return summarise(gamma[:, 0], drift, phi, gamma[:, 0] - drift, values.shape[1], window)
 
 
 def t_quantile(p: float, df) -> np.ndarray:

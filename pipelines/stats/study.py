@@ -2,17 +2,22 @@
 two runs have no true difference, and how often they find a true one, on autocorrelated reward curves.
 
     python -m pipelines.stats.study [--pairs 1000] [--epochs 200] [--seed 1] [--drift-sd 0.04] [--noise-sd 0.03]
+                                    [--likelihood]
 
-Each simulated run is T per-epoch mean rewards: a common curve (flat, or a learning trend 0.2 + 0.5(1 − e^(−t/80))),
-an AR(1) drift of coefficient φ and standard deviation 0.04 (the policy's slow wander), and white sampling noise of
-standard deviation 0.03 (the epoch's finite batch). Two runs of a pair are independent; with a true difference the
-second run's curve is shifted by it. The compared quantity is the mean of the last `window` epochs of each run.
-Prints a Markdown table (the one in docs/statistics.md).
+Each simulated run is T epochs. A run's level is a common curve (flat, or a learning trend 0.2 + 0.5(1 − e^(−t/80)))
+plus an AR(1) drift of coefficient φ and standard deviation 0.04 (the policy's slow wander). An epoch holds 16 GRPO
+groups whose means scatter independently around that level (a prompt's difficulty and its group's draws), so the
+epoch's mean reward carries white sampling noise of standard deviation 0.03 and, as in real data, the spread of its
+group means estimates that noise's variance (var of the group means / 16). Two runs of a pair are independent; with a
+true difference the second run's curve is shifted by it. The compared quantity is the mean of the last `window` epochs
+of each run. Prints Markdown tables (the ones in docs/statistics.md); --likelihood adds the restricted-likelihood
+reference at window 50, φ ≥ 0.9 (slow: a grid search per run).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from statistics import NormalDist
 
@@ -26,7 +31,19 @@ DIFFERENCES = (0.05, 0.10, 0.15)
 POWER_PHI = 0.9
 DRIFT_SD = 0.04
 NOISE_SD = 0.03
+GROUPS = 16
 LEVEL = 0.95
+NORMAL = np.inf  # degrees of freedom that ask for a normal quantile
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """Simulated runs (rows): per-epoch mean rewards, each epoch's estimated sampling variance of its mean (from the
+    spread of its group means), and the true drift coefficient (for the diagnostic that is given it)."""
+
+    values: np.ndarray
+    noise_variance: np.ndarray
+    phi: float
 
 
 def simulate(
@@ -37,8 +54,8 @@ def simulate(
     trend: bool,
     drift_sd: float = DRIFT_SD,
     noise_sd: float = NOISE_SD,
-) -> np.ndarray:
-    """pairs × epochs per-epoch mean rewards of independent runs with no difference between them."""
+) -> Runs:
+    """pairs runs of `epochs` epochs with no difference between them."""
     innovations = rng.standard_normal((pairs, epochs)) * drift_sd * math.sqrt(1 - phi**2)
     drift = np.empty((pairs, epochs))
     drift[:, 0] = rng.standard_normal(pairs) * drift_sd
@@ -46,16 +63,18 @@ def simulate(
         drift[:, t] = phi * drift[:, t - 1] + innovations[:, t]
     t = np.arange(epochs)
     curve = 0.2 + 0.5 * (1 - np.exp(-t / 80)) if trend else np.full(epochs, 0.45)
-    return curve + drift + rng.standard_normal((pairs, epochs)) * noise_sd
+    group_means = rng.standard_normal((pairs, epochs, GROUPS)) * noise_sd * math.sqrt(GROUPS)
+    return Runs(curve + drift + group_means.mean(axis=2), group_means.var(axis=2, ddof=1) / GROUPS, phi)
 
 
-def iid_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def iid_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The window's epochs as independent draws (what the plain bootstrap assumes), normal quantile."""
-    return values[:, -window:].var(axis=1, ddof=1) / window, np.full(len(values), np.inf)
+    return runs.values[:, -window:].var(axis=1, ddof=1) / window, np.full(len(runs.values), NORMAL)
 
 
-def bartlett_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def bartlett_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Whole-run long-run variance, Bartlett kernel, Andrews' AR(1) plug-in bandwidth, no trend removal."""
+    values = runs.values
     size = values.shape[1]
     gamma1 = intervals.autocovariances(values, 1)
     rho = np.clip(gamma1[:, 1] / gamma1[:, 0], -0.99, 0.99)
@@ -63,18 +82,81 @@ def bartlett_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.n
     lags = int(min(size - 1, bandwidth.max()))
     gamma = intervals.autocovariances(values, lags)
     weights = np.clip(1 - np.arange(1, lags + 1)[None, :] / (bandwidth[:, None] + 1), 0, None)
-    return (gamma[:, 0] + 2 * (gamma[:, 1:] * weights).sum(axis=1)) / window, np.full(len(values), np.inf)
+    return (gamma[:, 0] + 2 * (gamma[:, 1:] * weights).sum(axis=1)) / window, np.full(len(values), NORMAL)
 
 
-def ar1_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def ar1_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The warehouse's method (pipelines.stats.intervals)."""
-    fitted = intervals.fit(values, np.arange(values.shape[1], dtype=float), window)
+    fitted = intervals.fit(runs.values, np.arange(runs.values.shape[1], dtype=float), window)
     return fitted["variance"], intervals.run_df(fitted["fit_effective_n"])
 
 
-def ar1_normal_variance(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def ar1_normal_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
     """The same variance with a normal quantile: shows what the small-sample t quantile is for."""
-    return ar1_variance(values, window)[0], np.full(len(values), np.inf)
+    return ar1_variance(runs, window)[0], np.full(len(runs.values), NORMAL)
+
+
+def known_noise_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """ar1 with the noise's variance measured instead of fitted: the mean over the fit of each epoch's variance of
+    its mean (from its group means), the drift's variance γ0 − that, φ = γ1 / the drift's variance (debiased as
+    ar1's); the same t quantile."""
+    size = runs.values.shape[1]
+    gamma = intervals.autocovariances(intervals.detrend(runs.values, np.arange(size, dtype=float)), 1)
+    noise = np.minimum(runs.noise_variance.mean(axis=1), gamma[:, 0])
+    drift = gamma[:, 0] - noise
+    drifting = (gamma[:, 1] > 0) & (drift > 0)
+    raw_phi = np.where(drifting, np.minimum(gamma[:, 1] / np.where(drifting, drift, 1), intervals.MAX_PHI), 0.0)
+    phi = np.where(drifting, intervals.debiased_phi(raw_phi, size), 0.0)
+    fitted = intervals.summarise(gamma[:, 0], np.where(drifting, drift, 0.0), phi,
+                                 np.where(drifting, noise, gamma[:, 0]), size, window)  # fmt: skip
+    return fitted["variance"], intervals.run_df(fitted["fit_effective_n"])
+
+
+def true_phi_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Diagnostic, not a method: given the true φ, the drift's variance γ1/φ and the noise's γ0 − that of the
+    detrended series, normal quantile. What is left of the error once φ is known is the detrending's."""
+    size = runs.values.shape[1]
+    gamma = intervals.autocovariances(intervals.detrend(runs.values, np.arange(size, dtype=float)), 1)
+    drift = np.minimum(gamma[:, 1] / runs.phi, gamma[:, 0]) if runs.phi > 0 else np.zeros(len(gamma))
+    variance = intervals.window_variance(drift, runs.phi, gamma[:, 0] - drift, window)
+    return variance, np.full(len(variance), NORMAL)
+
+
+# the exact restricted (REML) likelihood of trend + AR(1) + noise, maximised over a grid: the best a parametric fit
+# of the same model can do with the same epochs
+REML_PHIS = (0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.84, 0.87, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995)
+REML_NOISE_RATIOS = (0.0, 0.03, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 4.0, 8.0, 20.0)
+
+
+def reml_log_likelihood(values: np.ndarray, phi: float, noise_ratio: float, degree: int = intervals.TREND_DEGREE):
+    """Per row, the restricted log-likelihood (up to a constant) of a polynomial trend plus errors of covariance
+    σ²(φ^|i−j| + noise_ratio·I), σ² profiled out; also σ²'s estimate."""
+    size = values.shape[1]
+    steps = np.arange(size)
+    design = np.vander((steps - steps.mean()) / steps.std(), degree + 1)
+    chol = np.linalg.cholesky(phi ** np.abs(np.subtract.outer(steps, steps)) + noise_ratio * np.eye(size))
+    whitened_design = np.linalg.solve(chol, design)
+    whitened = np.linalg.solve(chol, values.T)
+    basis, upper = np.linalg.qr(whitened_design)
+    residual_df = size - degree - 1
+    scale = ((whitened - basis @ (basis.T @ whitened)) ** 2).sum(axis=0) / residual_df
+    log_det = 2 * np.log(np.diag(chol)).sum() + 2 * np.log(np.abs(np.diag(upper))).sum()
+    return -0.5 * (residual_df * np.log(scale) + log_det), scale
+
+
+def reml_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """The restricted-likelihood fit's window variance, normal quantile (its most powerful form)."""
+    best = np.full(len(runs.values), -np.inf)
+    variance = np.zeros(len(runs.values))
+    for phi in REML_PHIS:
+        for ratio in REML_NOISE_RATIOS:
+            if phi == 0 and ratio > 0:
+                continue  # white noise alone: the ratio is not identified
+            log_likelihood, scale = reml_log_likelihood(runs.values, phi, ratio)
+            better = log_likelihood > best
+            best = np.where(better, log_likelihood, best)
+            variance = np.where(better, intervals.window_variance(scale, phi, scale * ratio, window), variance)
+    return variance, np.full(len(variance), NORMAL)
 
 
 METHODS = {
@@ -82,18 +164,19 @@ METHODS = {
     "whole-run Bartlett": bartlett_variance,
     "ar1": ar1_variance,
     "ar1, normal quantile": ar1_normal_variance,
+    "ar1, known noise": known_noise_variance,
+    "true φ (diagnostic)": true_phi_variance,
 }
+LIKELIHOOD = "REML, normal quantile"
 
 
-def excludes_zero(method, run_a: np.ndarray, run_b: np.ndarray, window: int) -> np.ndarray:
-    variance_a, df_a = method(run_a, window)
-    variance_b, df_b = method(run_b, window)
-    delta = run_b[:, -window:].mean(axis=1) - run_a[:, -window:].mean(axis=1)
+def excludes_zero(delta: np.ndarray, fit_a, fit_b) -> np.ndarray:
+    """Whether each pair's 95% interval for delta, from the two runs' (variance, df), excludes zero."""
+    (variance_a, df_a), (variance_b, df_b) = fit_a, fit_b
     df = intervals.welch_df(variance_a, df_a, variance_b, df_b)
     finite = np.isfinite(df)
-    quantile = np.where(
-        finite, intervals.t_quantile((1 - LEVEL) / 2, np.where(finite, df, 1e9)), NormalDist().inv_cdf(0.5 + LEVEL / 2)
-    )
+    t = intervals.t_quantile((1 - LEVEL) / 2, np.where(finite, df, 1e9))
+    quantile = np.where(finite, t, NormalDist().inv_cdf(0.5 + LEVEL / 2))
     return np.abs(delta) > quantile * np.sqrt(variance_a + variance_b)
 
 
@@ -105,69 +188,66 @@ def oracle_power(phi: float, window: int, difference: float, drift_sd: float, no
     return NormalDist().cdf(shift - z) + NormalDist().cdf(-shift - z)
 
 
-def study(pairs: int, epochs: int, seed: int, drift_sd: float = DRIFT_SD, noise_sd: float = NOISE_SD) -> list[dict]:
+def cell(run_a: Runs, run_b: Runs, window: int, methods: dict) -> dict:
+    """Null rate and, at POWER_PHI, power per method: every method's variance is shift-invariant, so the runs' fits
+    serve for the shifted pairs too."""
+    delta = run_b.values[:, -window:].mean(axis=1) - run_a.values[:, -window:].mean(axis=1)
+    row = {}
+    for name, method in methods.items():
+        fit_a, fit_b = method(run_a, window), method(run_b, window)
+        row[name] = excludes_zero(delta, fit_a, fit_b).mean()
+        if run_a.phi == POWER_PHI:
+            row[name, "power"] = [excludes_zero(delta + d, fit_a, fit_b).mean() for d in DIFFERENCES]
+    return row
+
+
+def study(
+    pairs: int,
+    epochs: int,
+    seed: int,
+    drift_sd: float = DRIFT_SD,
+    noise_sd: float = NOISE_SD,
+    likelihood: bool = False,
+) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
     for trend in (False, True):
         for window in WINDOWS:
             for phi in PHIS:
                 run_a, run_b = (simulate(rng, pairs, epochs, phi, trend, drift_sd, noise_sd) for _ in range(2))
-                row = {"trend": trend, "window": window, "phi": phi}
-                for name, method in METHODS.items():
-                    row[name] = excludes_zero(method, run_a, run_b, window).mean()
-                    if phi == POWER_PHI:
-                        row[name, "power"] = [
-                            excludes_zero(method, run_a, run_b + d, window).mean() for d in DIFFERENCES
-                        ]
+                methods = dict(METHODS)
+                if likelihood and window == 50 and phi >= POWER_PHI:
+                    methods[LIKELIHOOD] = reml_variance
+                row = {"trend": trend, "window": window, "phi": phi, **cell(run_a, run_b, window, methods)}
                 if phi == POWER_PHI:
                     row["oracle", "power"] = [oracle_power(phi, window, d, drift_sd, noise_sd) for d in DIFFERENCES]
                 rows.append(row)
     return rows
 
 
+def markdown_table(header: list[str], lines: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(x) + " |" for x in lines)]
+
+
 def markdown(rows: list[dict]) -> str:
-    names = list(METHODS)
-    header = ["trend", "window", "φ", *[f"{name}: null excl. 0" for name in names]]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    "learning" if row["trend"] else "flat",
-                    str(row["window"]),
-                    f"{row['phi']:g}",
-                    *[f"{row[name]:.0%}" for name in names],
-                ]
-            )
-            + " |"
-        )
+    names = [*METHODS, *([LIKELIHOOD] if any(LIKELIHOOD in row for row in rows) else [])]
+
+    def label(row: dict) -> list[str]:
+        return ["learning" if row["trend"] else "flat", str(row["window"])]
+
+    def share(row: dict, key) -> str:
+        return "/".join(f"{p:.0%}" for p in np.atleast_1d(row[key])) if key in row else "—"
+
+    null_header = ["trend", "window", "φ", *[f"{name}: null excl. 0" for name in names]]
+    null_lines = [[*label(row), f"{row['phi']:g}", *[share(row, name) for name in names]] for row in rows]
+    differences = ", ".join(f"{d:g}" for d in DIFFERENCES)
+    power_header = ["trend", "window", *[f"{name}: power {differences}" for name in [*names, "oracle"]]]
     powered = [row for row in rows if row["phi"] == POWER_PHI]
-    header = [
-        "trend",
-        "window",
-        *[f"{name}: power {', '.join(f'{d:g}' for d in DIFFERENCES)}" for name in [*names, "oracle"]],
-    ]
-    lines += [
-        "",
-        f"Power at φ = {POWER_PHI} (share of pairs with a true difference whose interval excludes zero):",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
-    for row in powered:
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    "learning" if row["trend"] else "flat",
-                    str(row["window"]),
-                    *["/".join(f"{p:.0%}" for p in row[name, "power"]) for name in [*names, "oracle"]],
-                ]
-            )
-            + " |"
-        )
-    return "\n".join(lines)
+    power_lines = [[*label(row), *[share(row, (name, "power")) for name in [*names, "oracle"]]] for row in powered]
+    caption = f"Power at φ = {POWER_PHI} (share of pairs with a true difference whose interval excludes zero):"
+    return "\n".join(
+        [*markdown_table(null_header, null_lines), "", caption, "", *markdown_table(power_header, power_lines)]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,12 +257,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--drift-sd", type=float, default=DRIFT_SD, help="standard deviation of the AR(1) drift")
     parser.add_argument("--noise-sd", type=float, default=NOISE_SD, help="standard deviation of the sampling noise")
+    parser.add_argument("--likelihood", action="store_true", help="add the REML reference (window 50, φ ≥ 0.9)")
     args = parser.parse_args(argv)
     print(
         f"{args.pairs} pairs per cell, {args.epochs} epochs per run, seed {args.seed}, drift sd {args.drift_sd:g}, "
-        f"noise sd {args.noise_sd:g}, nominal level {LEVEL:.0%}.\n"
+        f"noise sd {args.noise_sd:g}, {GROUPS} groups an epoch, nominal level {LEVEL:.0%}.\n"
     )
-    print(markdown(study(args.pairs, args.epochs, args.seed, args.drift_sd, args.noise_sd)))
+    rows = study(args.pairs, args.epochs, args.seed, args.drift_sd, args.noise_sd, args.likelihood)
+    print(markdown(rows))
 
 
 if __name__ == "__main__":

@@ -109,7 +109,39 @@ def test_study_bartlett_reference_matches_arch():
     rho = gamma[1] / gamma[0]
     bandwidth = 1.1447 * (4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * 200) ** (1 / 3)
     expected = Bartlett(values[0], bandwidth=bandwidth).cov.long_run[0, 0]
-    assert study.bartlett_variance(values, 1)[0][0] == pytest.approx(expected, rel=1e-9)
+    runs = study.Runs(values, np.zeros_like(values), 0.6)
+    assert study.bartlett_variance(runs, 1)[0][0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_study_noise_estimate_is_the_spread_of_group_means():
+    # No drift: an epoch's mean reward varies by its sampling noise alone, whose variance each epoch's group means
+    # estimate; over 200 × 200 epochs both must be noise_sd² (about 1% sampling error).
+    runs = study.simulate(np.random.default_rng(4), 200, 200, 0.0, False, drift_sd=0.0, noise_sd=0.05)
+    assert runs.values.var(axis=1, ddof=1).mean() == pytest.approx(0.05**2, rel=0.03)
+    assert runs.noise_variance.mean() == pytest.approx(0.05**2, rel=0.03)
+
+
+def test_study_restricted_likelihood_matches_the_density_of_error_contrasts():
+    # REML is the likelihood of the residual contrasts K'y (K an orthonormal basis orthogonal to the trend), with
+    # σ² profiled out: −½[(T − p) log σ̂² + log|K'Σ0K|], σ̂² = y'K(K'Σ0K)⁻¹K'y / (T − p). Up to a constant.
+    from scipy.linalg import null_space
+
+    values = ar1_curves(seed=6, runs=2, epochs=40, phi=0.8, trend=True)
+    steps = np.arange(40)
+    design = np.vander((steps - steps.mean()) / steps.std(), 3)
+    contrasts = null_space(design.T)
+
+    def direct(phi: float, ratio: float) -> np.ndarray:
+        covariance = contrasts.T @ (phi ** np.abs(np.subtract.outer(steps, steps)) + ratio * np.eye(40)) @ contrasts
+        projected = values @ contrasts
+        scale = np.einsum("ij,jk,ik->i", projected, np.linalg.inv(covariance), projected) / 37
+        return -0.5 * (37 * np.log(scale) + np.linalg.slogdet(covariance)[1])
+
+    points = [(0.0, 0.0), (0.5, 0.2), (0.9, 1.5), (0.99, 0.03)]
+    ours = [study.reml_log_likelihood(values, phi, ratio)[0] for phi, ratio in points]
+    theirs = [direct(phi, ratio) for phi, ratio in points]
+    for index in range(1, len(points)):
+        assert ours[index] - ours[0] == pytest.approx(theirs[index] - theirs[0], rel=1e-8, abs=1e-8)
 
 
 def _window_run(run_id: str, values: list[float]) -> list[dict]:
