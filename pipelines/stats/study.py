@@ -117,7 +117,7 @@ def true_phi_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
     detrended series, normal quantile. What is left of the error once φ is known is the detrending's."""
     size = runs.values.shape[1]
     gamma = intervals.autocovariances(intervals.detrend(runs.values, np.arange(size, dtype=float)), 1)
-    drift = np.minimum(gamma[:, 1] / runs.phi, gamma[:, 0]) if runs.phi > 0 else np.zeros(len(gamma))
+    drift = np.clip(gamma[:, 1] / runs.phi, 0, gamma[:, 0]) if runs.phi > 0 else np.zeros(len(gamma))
     variance = intervals.window_variance(drift, runs.phi, gamma[:, 0] - drift, window)
     return variance, np.full(len(variance), NORMAL)
 
