@@ -435,7 +435,10 @@ def method_sentence(ci_method: str) -> str:
             "lead is called resolved; arms of several seeds resample runs"
         )
     return (
-        f"`{ci_method}`, which allows for the autocorrelation of per-epoch rewards; arms of several seeds resample runs"
+        f"`{ci_method}`, which allows for the autocorrelation of per-epoch rewards: on simulated curves with no true "
+        "difference it excludes zero in at most 10% of pairs while the drift's AR coefficient is at most 0.9, but in "
+        "up to 20% at 0.95, so a lead resolved on a very slowly drifting curve is weaker than its level says; arms of "
+        "several seeds resample runs"
     )
 
 
