@@ -1,6 +1,15 @@
 """The scale-out configuration: the Dask executor and the partitions per run it is given, and its refusals."""
 
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
 import pytest
+from helpers import epoch_document, write_epoch_file
 
 from pipelines.build import _pieces
 from pipelines.definitions import build_definitions
@@ -47,3 +56,141 @@ def test_pieces_cut_a_block_into_ranges_of_at_most_n():
     keys = [f"k{i}" for i in range(7)]
     assert _pieces(keys, 3) == [["k0", "k1", "k2"], ["k3", "k4", "k5"], ["k6"]]
     assert _pieces(keys, 7) == [keys]
+
+
+def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """moto's S3 server, a Dask scheduler and two single-threaded workers, each a process of its own on loopback;
+    yields (the environment that points at them, the scheduler's address). Everything is stopped afterwards."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
+    scheduler_file = tmp_path / "scheduler.json"
+    processes = []
+    try:
+        processes.append(
+            _start(
+                [
+                    "distributed.cli.dask_scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                ],
+                env,
+                tmp_path / "scheduler.log",
+            )
+        )
+        processes += [
+            _start(
+                [
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--name",
+                    f"worker-{n}",
+                ],
+                env,
+                tmp_path / f"worker-{n}.log",
+            )
+            for n in (1, 2)
+        ]
+        address = _wait_for_workers(scheduler_file, 2)
+        yield env, address
+    finally:
+        for process in processes:
+            process.kill()  # nothing of theirs is kept: no need to wait for a graceful close
+        for process in processes:
+            process.wait(timeout=30)
+        server.stop()
+
+
+def _wait_for_workers(scheduler_file: Path, n: int, timeout: float = 60) -> str:
+    from distributed import Client
+
+    deadline = time.monotonic() + timeout
+    while not scheduler_file.exists():
+        assert time.monotonic() < deadline, "the Dask scheduler did not start"
+        time.sleep(0.2)
+    address = json.loads(scheduler_file.read_text())["address"]
+    with Client(address, timeout=timeout) as client:
+        client.wait_for_workers(n, timeout=max(1, deadline - time.monotonic()))
+    return address
+
+
+def _tables(warehouse: Path) -> dict[str, list]:
+    """Every table and view of a published warehouse, rows in a stated order; the release's location and the files'
+    modification times left out (a bucket's URL and an object's last-modified time against a folder and a file's)."""
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        names = [
+            name for (name,) in con.execute("select table_name from information_schema.tables order by 1").fetchall()
+        ]
+        tables = {}
+        for name in names:
+            columns = [
+                c
+                for (c,) in con.execute(
+                    "select column_name from information_schema.columns where table_name = ? order by ordinal_position",
+                    [name],
+                ).fetchall()
+                if c not in ("release_root", "mtime", "source_mtime")
+            ]
+            select = ", ".join(f'"{c}"' for c in columns)
+            tables[name] = con.execute(f'select {select} from "{name}" order by all').fetchall()
+    return tables
+
+
+@pytest.mark.slow
+def test_a_release_in_a_bucket_built_on_two_dask_workers_equals_a_local_build(cluster, tmp_path, monkeypatch):
+    from pipelines.cli import main
+    from pipelines.release.objects import filesystem
+
+    env, address = cluster
+    release = tmp_path / "rel" / "lab"
+    for n, run_id in enumerate(["seed 1", "seed=2", "Seed-3", "seed_4"]):
+        for epoch in range(1, 4):
+            write_epoch_file(release / run_id, epoch, epoch_document(epoch, n=2 + n), layout=("file", "folder")[n % 2])
+    write_epoch_file(release / "seed_4", 4, "{damaged")
+    assert main(["build", "--release", str(release), "--warehouse", str(tmp_path / "local"), "--workers", "1"]) == 0
+
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])
+    filesystem.cache_clear()
+    fs = filesystem()
+    fs.mkdir("releases")
+    fs.put(str(release), "releases/lab", recursive=True)
+    monkeypatch.setenv("GRPO_EXECUTOR", "dask")
+    monkeypatch.setenv("GRPO_DASK_ADDRESS", address)
+    monkeypatch.setenv("GRPO_PARTITIONS_PER_RUN", "2")
+    try:
+        assert main(["build", "--release", "s3://releases/lab", "--warehouse", str(tmp_path / "remote")]) == 0
+    finally:
+        filesystem.cache_clear()
+
+    local, remote = _tables(tmp_path / "local"), _tables(tmp_path / "remote")
+    assert local["fact_epochs"] and local["ingest_errors"]
+    assert remote == local
+    # Both workers took run partitions: the four runs went as two Dagster runs of two.
+    logs = [(tmp_path / f"worker-{n}.log").read_text() for n in (1, 2)]
+    assert all("run_lake" in log for log in logs)
