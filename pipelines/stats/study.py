@@ -159,13 +159,38 @@ def reml_variance(runs: Runs, window: int) -> tuple[np.ndarray, np.ndarray]:
     return variance, np.full(len(variance), NORMAL)
 
 
+def pooled_phi_variances(run_a: Runs, run_b: Runs, window: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """ar1 with φ from the pair's autocovariances averaged (two runs of one setup drifting alike), each run's drift
+    and noise variances its own; the same t quantile."""
+    size = run_a.values.shape[1]
+    gammas = [
+        intervals.autocovariances(intervals.detrend(r.values, np.arange(size, dtype=float)), 2) for r in (run_a, run_b)
+    ]
+    pooled = (gammas[0] + gammas[1]) / 2
+    drifting = (pooled[:, 1] > 0) & (pooled[:, 2] > 0)
+    raw_phi = np.where(drifting, np.minimum(pooled[:, 2] / np.where(drifting, pooled[:, 1], 1), intervals.MAX_PHI), 0.0)
+    phi = np.where(drifting, intervals.debiased_phi(raw_phi, size), 0.0)
+    fits = []
+    for gamma in gammas:
+        drift = np.where(drifting, np.clip(gamma[:, 1] / np.where(drifting, raw_phi, 1), 0, gamma[:, 0]), 0.0)
+        fitted = intervals.summarise(gamma[:, 0], drift, phi, gamma[:, 0] - drift, size, window)
+        fits.append((fitted["variance"], intervals.run_df(fitted["fit_effective_n"])))
+    return fits
+
+
+def each_run(method):
+    """A method that fits each run alone, as one that fits a pair."""
+    return lambda run_a, run_b, window: (method(run_a, window), method(run_b, window))
+
+
 METHODS = {
-    "iid": iid_variance,
-    "whole-run Bartlett": bartlett_variance,
-    "ar1": ar1_variance,
-    "ar1, normal quantile": ar1_normal_variance,
-    "ar1, known noise": known_noise_variance,
-    "true φ (diagnostic)": true_phi_variance,
+    "iid": each_run(iid_variance),
+    "whole-run Bartlett": each_run(bartlett_variance),
+    "ar1": each_run(ar1_variance),
+    "ar1, normal quantile": each_run(ar1_normal_variance),
+    "ar1, known noise": each_run(known_noise_variance),
+    "ar1, φ pooled over the pair": pooled_phi_variances,
+    "true φ (diagnostic)": each_run(true_phi_variance),
 }
 LIKELIHOOD = "REML, normal quantile"
 
@@ -194,7 +219,7 @@ def cell(run_a: Runs, run_b: Runs, window: int, methods: dict) -> dict:
     delta = run_b.values[:, -window:].mean(axis=1) - run_a.values[:, -window:].mean(axis=1)
     row = {}
     for name, method in methods.items():
-        fit_a, fit_b = method(run_a, window), method(run_b, window)
+        fit_a, fit_b = method(run_a, run_b, window)
         row[name] = excludes_zero(delta, fit_a, fit_b).mean()
         if run_a.phi == POWER_PHI:
             row[name, "power"] = [excludes_zero(delta + d, fit_a, fit_b).mean() for d in DIFFERENCES]
@@ -217,7 +242,7 @@ def study(
                 run_a, run_b = (simulate(rng, pairs, epochs, phi, trend, drift_sd, noise_sd) for _ in range(2))
                 methods = dict(METHODS)
                 if likelihood and window == 50 and phi >= POWER_PHI:
-                    methods[LIKELIHOOD] = reml_variance
+                    methods[LIKELIHOOD] = each_run(reml_variance)
                 row = {"trend": trend, "window": window, "phi": phi, **cell(run_a, run_b, window, methods)}
                 if phi == POWER_PHI:
                     row["oracle", "power"] = [oracle_power(phi, window, d, drift_sd, noise_sd) for d in DIFFERENCES]

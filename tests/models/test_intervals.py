@@ -262,3 +262,12 @@ def test_two_flat_windows_have_no_interval_and_resolve_nothing():
     build_marts(con, {"final_window": 4})
     (pair,) = rows(con, "select * from ablation_contrasts")
     assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"]) == (0.25, None, None, False)
+
+
+def test_study_pooled_phi_of_a_run_with_itself_is_that_runs_own_fit():
+    # Pooling a run's autocovariances with its own leaves them as they are: φ, and so each variance, are ar1's.
+    runs = study.simulate(np.random.default_rng(7), 5, 150, 0.8, True)
+    (variance, df), _ = study.pooled_phi_variances(runs, runs, WINDOW)
+    expected_variance, expected_df = study.ar1_variance(runs, WINDOW)
+    assert variance == pytest.approx(expected_variance, rel=1e-12)
+    assert df == pytest.approx(expected_df, rel=1e-12)
