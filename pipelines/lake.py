@@ -574,174 +574,186 @@ def ingest_run(
             return _result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
         if only_if_unchanged:
             return None
-        files: dict[str, dict] = previous.get("files", {})
-        current = {f.source_path: f for f in listing.epoch_files}
-        skipped = [vars(s) for s in sorted(listing.skipped, key=_source_path)]
-        changed, removed = work.changed, set(work.removed)
         # Not to be settled by its stamps until this rewrite is done: a crash midway must not be hidden.
         _write_stamps(lake, run_id, None)
         register_run(lake, run_id)
-        skipped = [dict(s) for s in skipped]
-        known = {k: _Outcome(**v) for k, v in files.items()}
-
-        def quarantine(file: EpochFile, exc: DecodeError) -> None:
-            new_errors.append(
-                _error(
-                    run_id,
-                    file.source_path,
-                    file.epoch_in_name,
-                    exc.error_kind,
-                    "error",
-                    exc.message,
-                    "quarantined: not loaded",
-                )
-            )
-            outcomes[file.source_path] = _Outcome(
-                file.size, file.mtime_ns, "quarantined", exc.error_kind, file.epoch_in_name, ctime_ns=file.ctime_ns
-            )
-
-        def set_aside(file: EpochFile, reason: str) -> None:
-            outcomes[file.source_path] = _Outcome(
-                file.size, file.mtime_ns, "skipped", reason, None, ctime_ns=file.ctime_ns
-            )
-
-        def load(file: EpochFile, doc: EpochDoc) -> None:
-            for kind, message in doc.warnings:
-                new_errors.append(_error(run_id, file.source_path, doc.epoch, kind, "warning", message, "loaded"))
-            status = "loaded_with_warnings" if doc.warnings else "loaded"
-            outcomes[file.source_path] = _Outcome(
-                file.size, file.mtime_ns, status, None, doc.epoch, ctime_ns=file.ctime_ns
-            )
-            columns.add(file, doc)
-
-        # The new and changed files are parsed and merged with the run's stored rows. When a file was rewritten or
-        # removed, and the merged columns may not be those a first ingest would make (a key only it had, a type
-        # only it brought: _may_differ_from_a_fresh_parse), the run is parsed again whole, as a first ingest.
-        replaced = bool(removed) or any(f.source_path in files for f in changed)
-        n_parsed = 0
-        for whole in (False, True):
-            parse = listing.epoch_files if whole else changed
-            n_parsed += len(parse)
-            stale = set(current) | removed if whole else {f.source_path for f in changed} | removed
-            outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
-            new_errors: list[dict] = []
-            # Most documents of a run share one shape. The fast path takes them: from their bytes, decoded and
-            # checked by the shape's typed decoder (RunColumns.add_bytes), or else parsed (add_parsed). The others
-            # are checked one by one (decode_parsed).
-            columns = RunColumns(run_id)
-            for file in parse:
-                candidate = file.layout == OTHER_JSON_LAYOUT
-                try:
-                    data = _read_candidate(file, max_file_bytes) if candidate else _read_file(file, max_file_bytes)
-                    fast = columns.add_bytes(file, data)
-                    if not fast:
-                        with _failures_as_invalid_json():
-                            parsed, parse_warnings = parse_document(data)
-                        fast = not parse_warnings and columns.add_parsed(file, parsed)
-                    if fast:
-                        outcomes[file.source_path] = _Outcome(
-                            file.size, file.mtime_ns, "loaded", None, file.epoch_in_name, ctime_ns=file.ctime_ns
-                        )
-                        continue
-                    doc = _check_document(file, parsed, parse_warnings)
-                except NotAnEpochDocument as exc:
-                    set_aside(file, str(exc))
-                    continue
-                except DecodeError as exc:
-                    if candidate and exc.error_kind in ("not_an_object", "missing_key"):
-                        set_aside(file, f"not an epoch document: {exc.message}")
-                    else:
-                        quarantine(file, exc)
-                    continue
-                load(file, doc)
-            new_epochs, new_trajectories, new_kinds = columns.frames()
-            old_kinds = {} if whole else previous.get("json_columns", {})
-            merged = {}
-            for table, new_frame, schema in (
-                ("epochs", new_epochs, EPOCH_COLUMNS),
-                ("trajectories", new_trajectories, TRAJECTORY_COLUMNS),
-            ):
-                old_frame = None if whole else _keep_rows(_read_partition(lake, table, run_id), stale)
-                merged[table] = combine(
-                    [
-                        (old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {})),
-                        (new_frame, new_kinds[table]),
-                    ],
-                    schema,
-                )
-            if (
-                whole
-                or not replaced
-                or not any(
-                    _may_differ_from_a_fresh_parse(*merged[table], schema)
-                    for table, schema in (("epochs", EPOCH_COLUMNS), ("trajectories", TRAJECTORY_COLUMNS))
-                )
-            ):
-                break
-        (epochs, epoch_kinds), (trajectories, trajectory_kinds) = merged["epochs"], merged["trajectories"]
+        parsed = _parse_changes(work, lake, max_file_bytes, previous)
+        (epochs, epoch_kinds), (trajectories, trajectory_kinds) = parsed.merged["epochs"], parsed.merged["trajectories"]
         notes = drift_notes(epoch_kinds) + drift_notes(trajectory_kinds)
-        parse_errors = _keep_rows(_read_partition(lake, "errors", run_id), stale)
-        if parse_errors is not None:
-            # Inventory problems and type-drift notes are recomputed below on every change.
-            parse_errors = parse_errors.filter(pl.col("source_path").is_in(list(current)))
-        errors = _concat(
-            [
-                parse_errors,
-                pl.DataFrame(new_errors, schema=ERROR_COLUMNS),
-                _inventory_errors(run_id, listing.skipped),
-                _missing_document_errors(run_id, current, {path: vars(o) for path, o in outcomes.items()}),
-            ]
-        )
-        errors = errors.filter(~pl.col("error_kind").is_in(["type_drift", "extra_length_mismatch"]))
-        errors = _concat(
-            [
-                errors,
-                pl.DataFrame(
-                    [
-                        _error(
-                            run_id,
-                            f"{run_id}/",
-                            None,
-                            "type_drift",
-                            "warning",
-                            note,
-                            "loaded: every value kept as JSON text",
-                        )
-                        for note in notes
-                    ]
-                    + _length_mismatches(run_id, epochs, trajectories),
-                    schema=ERROR_COLUMNS,
-                ),
-            ]
-        )
-
+        errors = _run_errors(listing, lake, parsed, notes, epochs, trajectories)
         epochs, trajectories = _in_order(epochs, trajectories)
-        for table, frame in (("epochs", epochs), ("trajectories", trajectories)):
-            if frame.height:
-                write_atomically(frame, partition_file(lake, table, run_id))
+        kinds = {"epochs": epoch_kinds, "trajectories": trajectory_kinds}
+        quarantined = _write_run(listing, lake, parsed.outcomes, epochs, trajectories, kinds, errors, quiet_seconds)
+        return _result(run_id, True, parsed.n_parsed, quarantined, lake, started, epochs, trajectories)
+
+
+@dataclass
+class _Parsed:
+    """A run's rows after its new and changed files are parsed, and what became of each of its files."""
+
+    merged: dict[str, tuple[pl.DataFrame, ColumnKinds]]  # per table: its rows and its columns kept as JSON text
+    outcomes: dict[str, _Outcome]  # per source path still in the folder
+    new_errors: list[dict]  # the parsed files' error and warning rows
+    stale: set[str]  # the source paths whose stored rows and errors were replaced (or are gone)
+    n_parsed: int
+
+
+def _parse_changes(work: RunWork, lake: Path, max_file_bytes: int, previous: dict) -> _Parsed:
+    """Parses a run's new and changed files and merges them with its stored rows. When a file was rewritten or
+    removed, and the merged columns may not be those a first ingest would make (a key only it had, a type only it
+    brought: _may_differ_from_a_fresh_parse), the run is parsed again whole, as a first ingest."""
+    listing = work.listing
+    run_id = listing.run.run_id
+    files: dict[str, dict] = previous.get("files", {})
+    current = {f.source_path for f in listing.epoch_files}
+    changed, removed = work.changed, set(work.removed)
+    known = {k: _Outcome(**v) for k, v in files.items()}
+    replaced = bool(removed) or any(f.source_path in files for f in changed)
+    n_parsed = 0
+    for whole in (False, True):
+        parse = listing.epoch_files if whole else changed
+        n_parsed += len(parse)
+        stale = current | removed if whole else {f.source_path for f in changed} | removed
+        outcomes = {path: o for path, o in known.items() if path in current and path not in stale}
+        columns = RunColumns(run_id)
+        parse_outcomes, new_errors = _parse_files(run_id, parse, columns, max_file_bytes)
+        outcomes.update(parse_outcomes)
+        new_epochs, new_trajectories, new_kinds = columns.frames()
+        old_kinds = {} if whole else previous.get("json_columns", {})
+        merged = {}
+        for table, new_frame, schema in (
+            ("epochs", new_epochs, EPOCH_COLUMNS),
+            ("trajectories", new_trajectories, TRAJECTORY_COLUMNS),
+        ):
+            old_frame = None if whole else _keep_rows(_read_partition(lake, table, run_id), stale)
+            old = (old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {}))
+            merged[table] = combine([old, (new_frame, new_kinds[table])], schema)
+        if (
+            whole
+            or not replaced
+            or not any(
+                _may_differ_from_a_fresh_parse(*merged[table], schema)
+                for table, schema in (("epochs", EPOCH_COLUMNS), ("trajectories", TRAJECTORY_COLUMNS))
+            )
+        ):
+            break
+    return _Parsed(merged, outcomes, new_errors, stale, n_parsed)
+
+
+def _parse_files(
+    run_id: str, files: list[EpochFile], columns: RunColumns, max_file_bytes: int
+) -> tuple[dict[str, _Outcome], list[dict]]:
+    """Adds each file's rows to columns; returns what became of each file and the error and warning rows.
+
+    Most documents of a run share one shape. The fast path takes them: from their bytes, decoded and checked by the
+    shape's typed decoder (RunColumns.add_bytes), or else parsed (add_parsed). The others are checked one by one
+    (decode_parsed)."""
+    outcomes: dict[str, _Outcome] = {}
+    errors: list[dict] = []
+
+    def outcome(file: EpochFile, status: str, reason: str | None, epoch: int | None) -> None:
+        outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, reason, epoch, ctime_ns=file.ctime_ns)
+
+    for file in files:
+        candidate = file.layout == OTHER_JSON_LAYOUT
+        try:
+            data = _read_candidate(file, max_file_bytes) if candidate else _read_file(file, max_file_bytes)
+            fast = columns.add_bytes(file, data)
+            if not fast:
+                with _failures_as_invalid_json():
+                    parsed, parse_warnings = parse_document(data)
+                fast = not parse_warnings and columns.add_parsed(file, parsed)
+            if fast:
+                outcome(file, "loaded", None, file.epoch_in_name)
+                continue
+            doc = _check_document(file, parsed, parse_warnings)
+        except NotAnEpochDocument as exc:
+            outcome(file, "skipped", str(exc), None)
+            continue
+        except DecodeError as exc:
+            if candidate and exc.error_kind in ("not_an_object", "missing_key"):
+                outcome(file, "skipped", f"not an epoch document: {exc.message}", None)
             else:
-                partition_file(lake, table, run_id).unlink(missing_ok=True)
-        write_atomically(
-            errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS), partition_file(lake, "errors", run_id)
-        )
-        write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
-        # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
-        quarantined = sum(o.status == "quarantined" for o in outcomes.values())
-        unsettled = quarantined + len(_folders_without_document(current, {p: vars(o) for p, o in outcomes.items()}))
-        manifest = {
-            "format": LAKE_FORMAT,
-            "run_id": run_id,
-            "release": listing.run.release,
-            "files": {path: vars(o) for path, o in sorted(outcomes.items())},
-            "skipped": skipped,
-            "json_columns": {"epochs": epoch_kinds, "trajectories": trajectory_kinds},
-            # Row counts, so that a build with nothing to do opens no Parquet file at all.
-            "rows": {"epochs": epochs.height, "trajectories": trajectories.height},
-        }
-        # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
-        write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
-        _write_stamps(lake, run_id, _stamps_record(listing, unsettled, manifest["rows"], quiet_seconds))
-        return _result(run_id, True, n_parsed, quarantined, lake, started, epochs, trajectories)
+                action = "quarantined: not loaded"
+                errors.append(
+                    _error(run_id, file.source_path, file.epoch_in_name, exc.error_kind, "error", exc.message, action)
+                )
+                outcome(file, "quarantined", exc.error_kind, file.epoch_in_name)
+            continue
+        for kind, message in doc.warnings:
+            errors.append(_error(run_id, file.source_path, doc.epoch, kind, "warning", message, "loaded"))
+        outcome(file, "loaded_with_warnings" if doc.warnings else "loaded", None, doc.epoch)
+        columns.add(file, doc)
+    return outcomes, errors
+
+
+def _run_errors(
+    listing: RunListing, lake: Path, parsed: _Parsed, notes: list[str], epochs: pl.DataFrame, trajectories: pl.DataFrame
+) -> pl.DataFrame:
+    """The run's errors partition: the stored rows of files not parsed again, the parsed files' rows, and the
+    inventory problems, type-drift notes and length mismatches, which are recomputed on every change."""
+    run_id = listing.run.run_id
+    current = {f.source_path: f for f in listing.epoch_files}
+    parse_errors = _keep_rows(_read_partition(lake, "errors", run_id), parsed.stale)
+    if parse_errors is not None:
+        parse_errors = parse_errors.filter(pl.col("source_path").is_in(list(current)))
+    errors = _concat(
+        [
+            parse_errors,
+            pl.DataFrame(parsed.new_errors, schema=ERROR_COLUMNS),
+            _inventory_errors(run_id, listing.skipped),
+            _missing_document_errors(run_id, current, {path: vars(o) for path, o in parsed.outcomes.items()}),
+        ]
+    )
+    errors = errors.filter(~pl.col("error_kind").is_in(["type_drift", "extra_length_mismatch"]))
+    drift = [
+        _error(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
+        for note in notes
+    ]
+    return _concat(
+        [errors, pl.DataFrame(drift + _length_mismatches(run_id, epochs, trajectories), schema=ERROR_COLUMNS)]
+    )
+
+
+def _write_run(
+    listing: RunListing,
+    lake: Path,
+    outcomes: dict[str, _Outcome],
+    epochs: pl.DataFrame,
+    trajectories: pl.DataFrame,
+    kinds: dict[str, ColumnKinds],
+    errors: pl.DataFrame,
+    quiet_seconds: int,
+) -> int:
+    """Writes a run's partitions, then its manifest, then its stamps; returns its count of quarantined files."""
+    run_id = listing.run.run_id
+    current = {f.source_path: f for f in listing.epoch_files}
+    for table, frame in (("epochs", epochs), ("trajectories", trajectories)):
+        if frame.height:
+            write_atomically(frame, partition_file(lake, table, run_id))
+        else:
+            partition_file(lake, table, run_id).unlink(missing_ok=True)
+    write_atomically(
+        errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS), partition_file(lake, "errors", run_id)
+    )
+    write_atomically(_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
+    # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
+    quarantined = sum(o.status == "quarantined" for o in outcomes.values())
+    unsettled = quarantined + len(_folders_without_document(current, {p: vars(o) for p, o in outcomes.items()}))
+    manifest = {
+        "format": LAKE_FORMAT,
+        "run_id": run_id,
+        "release": listing.run.release,
+        "files": {path: vars(o) for path, o in sorted(outcomes.items())},
+        "skipped": [dict(vars(s)) for s in sorted(listing.skipped, key=_source_path)],
+        "json_columns": kinds,
+        # Row counts, so that a build with nothing to do opens no Parquet file at all.
+        "rows": {"epochs": epochs.height, "trajectories": trajectories.height},
+    }
+    # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
+    write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
+    _write_stamps(lake, run_id, _stamps_record(listing, unsettled, manifest["rows"], quiet_seconds))
+    return quarantined
 
 
 def _length_mismatches(run_id: str, epochs: pl.DataFrame, trajectories: pl.DataFrame) -> list[dict]:
@@ -937,6 +949,33 @@ def ingest_run_folder(
     return ingest_run(list_run(run), lake, max_file_bytes, quiet_seconds=quiet_seconds)
 
 
+# A run to ingest: (ingest_run, its listing), or (ingest_run_folder, the run) for a run new to the lake.
+_Job = tuple[Callable[..., RunIngestResult], RunListing | RunFolder]
+
+
+def _settle_or_job(
+    run: RunFolder, lake: Path, max_file_bytes: int, workers: int, full_scan: bool, quiet_seconds: int
+) -> RunIngestResult | _Job:
+    """A run's result when this process can settle it, else its job for the pool.
+
+    A run the lake already holds is listed here, once, and settled here from its manifest when it has nothing
+    to parse: a pool of spawned workers (each importing polars and the caller's main module) costs more than
+    checking hundreds of unchanged runs. A quiet run whose folders have not changed is not even listed
+    (unchanged_by_stamps), unless full_scan. A run new to the lake is listed by the worker that ingests it, so
+    that this process does not list a whole new release while the workers wait. With one worker, every run is
+    ingested here."""
+    if not full_scan and (result := unchanged_by_stamps(run, lake)) is not None:
+        return result
+    if workers > 1 and not manifest_file(lake, run.run_id).exists():
+        return (ingest_run_folder, run)
+    listing = list_run(run)
+    if workers <= 1:
+        return ingest_run(listing, lake, max_file_bytes, quiet_seconds=quiet_seconds)
+    if (result := ingest_run(listing, lake, max_file_bytes, True, quiet_seconds)) is not None:
+        return result
+    return (ingest_run, listing)
+
+
 def ingest_runs(
     runs: list[RunFolder],
     lake: Path,
@@ -948,12 +987,8 @@ def ingest_runs(
 ) -> list[RunIngestResult]:
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
-    A run the lake already holds is listed here, once, and settled here from its manifest when it has nothing
-    to parse: a pool of spawned workers (each importing polars and the caller's main module) costs more than
-    checking hundreds of unchanged runs. A quiet run whose folders have not changed is not even listed
-    (unchanged_by_stamps), unless full_scan. A run new to the lake is listed by the worker that ingests it, so
-    that this process does not list a whole new release while the workers wait. Runs with something to parse go
-    to the pool as they are found, or are ingested here when there is only one (one new epoch file) or one worker.
+    Runs this process cannot settle (_settle_or_job) go to the pool as they are found, or are ingested here when
+    there is only one (one new epoch file).
     """
     lake = Path(lake)
     workers = min(workers or os.cpu_count() or 1, len(runs))
@@ -964,13 +999,11 @@ def ingest_runs(
         if progress:
             progress(result, len(results), len(runs))
 
-    # A run to ingest: (ingest_run, its listing), or (ingest_run_folder, the run) for a run new to the lake.
-    Job = tuple[Callable[..., RunIngestResult], RunListing | RunFolder]
-    waiting: Job | None = None  # the first run to parse, held until a second shows that a pool pays
+    waiting: _Job | None = None  # the first run to parse, held until a second shows that a pool pays
     pool: ProcessPoolExecutor | None = None
     futures: set = set()
 
-    def submit(job: Job) -> None:
+    def submit(job: _Job) -> None:
         # A few runs ahead of the workers, no more: a listing holds an object per file, and all of a large
         # release's listings queued at once would hold the whole release's file list in this process.
         while len(futures) >= 2 * workers:
@@ -982,26 +1015,15 @@ def ingest_runs(
 
     try:
         for run in runs:
-            if not full_scan and (result := unchanged_by_stamps(run, lake)) is not None:
-                done(result)
+            job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, quiet_seconds)
+            if isinstance(job, RunIngestResult):
+                done(job)
                 continue
-            if workers > 1 and not manifest_file(lake, run.run_id).exists():
-                job = (ingest_run_folder, run)
-            else:
-                listing = list_run(run)
-                if workers <= 1:
-                    done(ingest_run(listing, lake, max_file_bytes, quiet_seconds=quiet_seconds))
-                    continue
-                if (result := ingest_run(listing, lake, max_file_bytes, True, quiet_seconds)) is not None:
-                    done(result)
-                    continue
-                job = (ingest_run, listing)
             if waiting is None and pool is None:
                 waiting = job
                 continue
             if pool is None:
-                # spawn, not fork: the caller (a Dagster run) has threads, and polars' thread pool does not
-                # survive fork.
+                # spawn, not fork: the caller (a Dagster run) has threads; polars' thread pool does not survive fork
                 pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
                 submit(waiting)
                 waiting = None
