@@ -498,6 +498,7 @@ def _mirror(source: Path, target: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# Over 60 lines: the steps in the order they must run (baselines on the release as given, then the added files).
 def bench_release(
     label: str,
     releases: list[str],
@@ -679,6 +680,7 @@ def build_ratios(raw: dict, summary: dict) -> dict:
     return ratios
 
 
+# Over 60 lines: one check per target, the list of targets read top to bottom.
 def check_targets(results: dict[str, dict]) -> list[dict]:
     """Each target at each scale it applies to: the figure, the bar, and whether it holds."""
     checks = []
@@ -850,6 +852,7 @@ def _fmt_mib(value: float | None) -> str:
     return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
+# Over 60 lines: the printed table's rows declared one after another, in the order they print.
 def format_table(label: str, summary: dict) -> str:
     s, wall, tree, big, cpu = (
         summary[k] for k in ("seconds", "process_seconds", "peak_tree_rss_bytes", "peak_rss_bytes", "cpu_seconds")
@@ -1013,6 +1016,7 @@ def format_checks(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Over 60 lines: the scales one after another, and the report written even when a step fails.
 def run_bench(
     scales: list[int],
     releases: list[str],

@@ -150,6 +150,7 @@ def ablation_inputs(
     )
 
 
+# Over 60 lines: the figure drawn panel by panel, top to bottom, every panel with the colours and labels set first.
 def ablation_figure(
     ablation: str | None,
     runs: pl.DataFrame,

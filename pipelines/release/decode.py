@@ -259,6 +259,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
     return decode_parsed(*parse_document(data))
 
 
+# Over 60 lines: the document checked key by key, each check a few lines ending in the user's message.
 def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
     """Checks a parsed epoch document (see parse_document) key by key and value by value."""
     if not isinstance(doc, dict):

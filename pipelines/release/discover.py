@@ -215,6 +215,7 @@ class LocalTree:
             return sorted(listing, key=_name)
 
 
+# Over 60 lines: one pass over a run folder, a no-change build's hot path; its helpers share its lists as closures.
 def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
     """Every epoch document of one run folder, and the inventory of everything else in it; tree is how its folders
     are looked at (LocalTree; an object store's listing of the run, pipelines.release.objects)."""

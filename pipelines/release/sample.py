@@ -417,6 +417,7 @@ def _epoch_config(spec: RunSpec, epoch: int, lr: float) -> bytes:
     return json.dumps(config, indent=2).encode()
 
 
+# Over 60 lines: the sample's draws in one fixed order, which the seed's documents depend on.
 def build_run_documents(spec: RunSpec, rng: np.random.Generator) -> list[dict]:
     """Builds every epoch document of one run from arrays drawn once for the whole run."""
     n_epochs = spec.last_epoch + 1

@@ -122,6 +122,7 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         )
 
 
+# Over 60 lines: removals, the ingest, then what Dagster records per partition and per table, in that order.
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest")
