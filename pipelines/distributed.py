@@ -9,7 +9,15 @@ depends on, the step's events sent back to the run.
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
@@ -74,3 +82,69 @@ def _executor_class():
 def dask_cluster_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     """Runs each step as a task on the Dask cluster whose scheduler is at `address`."""
     return _executor_class()("existing", {"address": init_context.executor_config["address"]})
+
+
+@contextmanager
+def local_cluster(
+    workers: int, folder: Path, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> Iterator[str]:
+    """A Dask scheduler and `workers` single-threaded workers, each a process of its own on loopback, logging into
+    folder; yields the scheduler's address, and kills them all on leaving (for tests and the benchmark)."""
+    from distributed import Client
+
+    folder.mkdir(parents=True, exist_ok=True)
+    scheduler_file = folder / "scheduler.json"
+    env = dict(os.environ if env is None else env)
+
+    def start(name: str, args: list[str]) -> subprocess.Popen:
+        with (folder / f"{name}.log").open("wb") as log:
+            return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    processes = []
+    try:
+        processes.append(
+            start(
+                "scheduler",
+                [
+                    "distributed.cli.dask_scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                ],
+            )
+        )
+        processes += [
+            start(
+                f"worker-{n}",
+                [
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--name",
+                    f"worker-{n}",
+                ],
+            )
+            for n in range(1, workers + 1)
+        ]
+        deadline = time.monotonic() + timeout
+        while not scheduler_file.exists():
+            if time.monotonic() > deadline or processes[0].poll() is not None:
+                raise RuntimeError(f"the Dask scheduler did not start; see {folder / 'scheduler.log'}")
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        with Client(address, timeout=timeout) as client:
+            client.wait_for_workers(workers, timeout=max(1.0, deadline - time.monotonic()))
+        yield address
+    finally:
+        for process in processes:
+            process.kill()  # nothing of theirs is kept: no graceful close to wait for
+        for process in processes:
+            process.wait(timeout=30)

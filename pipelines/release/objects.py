@@ -14,6 +14,8 @@ import functools
 import hashlib
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pipelines.release.discover import OBJECT_SCHEME as SCHEME
@@ -165,3 +167,23 @@ def object_release_problem(root: str, fs=None) -> str | None:
 def read_object(url: str, max_file_bytes: int, fs=None) -> bytes:
     """An object's bytes, at most max_file_bytes + 1 of them read (more means over the limit): one ranged GET."""
     return (fs or filesystem()).cat_file(url, start=0, end=max_file_bytes + 1)
+
+
+@contextmanager
+def loopback_s3() -> Iterator[dict[str, str]]:
+    """moto's S3 server on a free loopback port (moto, a test dependency); yields the AWS variables that point a
+    process at it, and stops it on leaving (for tests and the benchmark)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    finally:
+        server.stop()

@@ -1,19 +1,18 @@
 """The scale-out configuration: the Dask executor and the partitions per run it is given, and its refusals."""
 
-import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
 from helpers import epoch_document, write_epoch_file
 
+import pipelines
 from pipelines.build import _pieces
 from pipelines.definitions import build_definitions
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.distributed import local_cluster
+from pipelines.release.objects import loopback_s3
 from pipelines.settings import ConfigError
 
 
@@ -58,85 +57,18 @@ def test_pieces_cut_a_block_into_ranges_of_at_most_n():
     assert _pieces(keys, 7) == [keys]
 
 
-def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
 @pytest.fixture
 def cluster(tmp_path):
     """moto's S3 server, a Dask scheduler and two single-threaded workers, each a process of its own on loopback;
-    yields (the environment that points at them, the scheduler's address). Everything is stopped afterwards."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
-    }
-    scheduler_file = tmp_path / "scheduler.json"
-    processes = []
-    try:
-        processes.append(
-            _start(
-                [
-                    "distributed.cli.dask_scheduler",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--no-dashboard",
-                    "--scheduler-file",
-                    str(scheduler_file),
-                ],
-                env,
-                tmp_path / "scheduler.log",
-            )
-        )
-        processes += [
-            _start(
-                [
-                    "distributed.cli.dask_worker",
-                    "--scheduler-file",
-                    str(scheduler_file),
-                    "--nthreads",
-                    "1",
-                    "--no-nanny",
-                    "--no-dashboard",
-                    "--name",
-                    f"worker-{n}",
-                ],
-                env,
-                tmp_path / f"worker-{n}.log",
-            )
-            for n in (1, 2)
-        ]
-        address = _wait_for_workers(scheduler_file, 2)
-        yield env, address
-    finally:
-        for process in processes:
-            process.kill()  # nothing of theirs is kept: no need to wait for a graceful close
-        for process in processes:
-            process.wait(timeout=30)
-        server.stop()
-
-
-def _wait_for_workers(scheduler_file: Path, n: int, timeout: float = 60) -> str:
-    from distributed import Client
-
-    deadline = time.monotonic() + timeout
-    while not scheduler_file.exists():
-        assert time.monotonic() < deadline, "the Dask scheduler did not start"
-        time.sleep(0.2)
-    address = json.loads(scheduler_file.read_text())["address"]
-    with Client(address, timeout=timeout) as client:
-        client.wait_for_workers(n, timeout=max(1, deadline - time.monotonic()))
-    return address
+    yields (the AWS variables that point at the server, the scheduler's address). Everything is stopped afterwards."""
+    with loopback_s3() as aws:
+        env = {
+            **os.environ,
+            **aws,
+            "PYTHONPATH": os.pathsep.join([str(Path(pipelines.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+        }
+        with local_cluster(2, tmp_path, env) as address:
+            yield aws, address
 
 
 def _tables(warehouse: Path) -> dict[str, list]:
@@ -166,7 +98,7 @@ def test_a_release_in_a_bucket_built_on_two_dask_workers_equals_a_local_build(cl
     from pipelines.cli import main
     from pipelines.release.objects import filesystem
 
-    env, address = cluster
+    aws, address = cluster
     release = tmp_path / "rel" / "lab"
     for n, run_id in enumerate(["seed 1", "seed=2", "Seed-3", "seed_4"]):
         for epoch in range(1, 4):
@@ -174,8 +106,8 @@ def test_a_release_in_a_bucket_built_on_two_dask_workers_equals_a_local_build(cl
     write_epoch_file(release / "seed_4", 4, "{damaged")
     assert main(["build", "--release", str(release), "--warehouse", str(tmp_path / "local"), "--workers", "1"]) == 0
 
-    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
-        monkeypatch.setenv(name, env[name])
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)
     filesystem.cache_clear()
     fs = filesystem()
     fs.mkdir("releases")

@@ -11,7 +11,7 @@ from helpers import epoch_document, write_epoch_file
 import pipelines.lake
 from pipelines.lake import ingest_run, partition_file, select_runs
 from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
-from pipelines.release.objects import ObjectTree, filesystem
+from pipelines.release.objects import ObjectTree, filesystem, loopback_s3
 
 LIMIT = 1 << 20
 
@@ -19,26 +19,16 @@ LIMIT = 1 << 20
 @pytest.fixture(scope="module")
 def s3_server():
     """moto's S3 server on a free loopback port, the AWS variables pointing at it while the module's tests run."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
     patch = pytest.MonkeyPatch()
-    for name, value in {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        patch.setenv(name, value)
-    filesystem.cache_clear()
-    try:
-        yield
-    finally:
+    with loopback_s3() as aws:
+        for name, value in aws.items():
+            patch.setenv(name, value)
         filesystem.cache_clear()
-        patch.undo()
-        server.stop()
+        try:
+            yield
+        finally:
+            filesystem.cache_clear()
+            patch.undo()
 
 
 @pytest.fixture
