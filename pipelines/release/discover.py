@@ -220,8 +220,6 @@ def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
     """Every epoch document of one run folder, and the inventory of everything else in it; tree is how its folders
     are looked at (LocalTree; an object store's listing of the run, pipelines.release.objects)."""
     if tree is LocalTree and isinstance(run.path, str) and run.path.startswith(OBJECT_SCHEME):
-        from pipelines.release.objects import list_object_run
-
         return list_object_run(run)
     # A no-change build lists every file of every run, so this loop costs about one stat per file: plain
     # strings rather than Path objects, os.scandir's entries (their type comes with the listing, their stat
@@ -381,8 +379,6 @@ def release_problem(root: Path) -> str | None:
     """Why a folder cannot be a release, or None: missing, not a folder, unreadable, or a run folder itself (epoch
     documents at its top level), which names the folder to give instead."""
     if str(root).startswith(OBJECT_SCHEME):
-        from pipelines.release.objects import object_release_problem
-
         return object_release_problem(str(root))
     root = Path(root)
     if not root.exists():
@@ -401,6 +397,71 @@ def release_problem(root: Path) -> str | None:
         return (
             f"release folder {shown(str(root))} holds epoch documents itself: it is a run folder; give the folder "
             f"that holds the run folders instead (--release {shown(str(parent))})"
+        )
+    return None
+
+
+def list_object_run(run: RunFolder, fs=None) -> RunListing:
+    """Every epoch document of a run under a bucket prefix, from one paginated listing of its keys."""
+    from pipelines.release.objects import ObjectTree, filesystem
+
+    fs = fs or filesystem()
+    listed_at_ns = time.time_ns()
+    try:
+        objects = fs.find(str(run.path), detail=True, withdirs=False)
+    except OSError as exc:
+        prefix = str(run.path)[len(str(run.release_root)) + 1 :]
+        return RunListing(
+            run, [], [SkippedEntry(run.run_id, prefix, f"cannot list run folder: {exc}", True, "unreadable")]
+        )
+    listing = list_run(run, ObjectTree(str(run.path), list(objects.values())))
+    # No folder stamps in a bucket: a run is listed again at each build, never settled from stamps.
+    listing.folders = None
+    listing.listed_at_ns = listed_at_ns
+    listing.changed_at_ns = max((f.mtime_ns for f in listing.epoch_files), default=0)
+    return listing
+
+
+def list_object_release(root: str, fs=None) -> tuple[list[RunFolder], list[SkippedEntry]]:
+    """The run folders (first-level prefixes) of a release in a bucket, and its other first-level keys."""
+    from pipelines.release.objects import filesystem, release_name
+
+    fs = fs or filesystem()
+    root = root.rstrip("/")
+    runs, skipped = [], []
+    for info in sorted(fs.ls(root, detail=True, refresh=True), key=lambda info: info["name"]):
+        name = info["name"].rstrip("/").rpartition("/")[2]
+        if name.startswith("."):
+            skipped.append(SkippedEntry(None, shown(name), "hidden entry", False))
+        elif info.get("type") == "directory":
+            runs.append(RunFolder(name, release_name(root), root, f"{root}/{name}"))
+        else:
+            skipped.append(SkippedEntry(None, shown(name), "not a run folder", False))
+    return runs, skipped
+
+
+def object_release_problem(root: str, fs=None) -> str | None:
+    """Why a bucket prefix cannot be a release, or None: no such bucket, nothing under the prefix, unreachable, or
+    epoch documents at its top level (a run folder itself)."""
+    from pipelines.release.objects import filesystem
+
+    try:
+        import s3fs  # noqa: F401
+    except ImportError:
+        return f"release {root} is in a bucket, which needs s3fs: pip install 'grpo-warehouse[scale-out]'"
+    try:
+        fs = fs or filesystem()
+        entries = fs.ls(root.rstrip("/"), detail=True, refresh=True)
+    except FileNotFoundError:
+        return f"release {root} does not exist (no such bucket, or no key under the prefix)"
+    except Exception as exc:  # botocore's errors (no endpoint, refused credentials) are not OSErrors
+        return f"release {root} cannot be read: {type(exc).__name__}: {exc}"
+    names = [info["name"].rstrip("/").rpartition("/")[2] for info in entries]
+    if any(EPOCH_FILE_NAME.match(name) or EPOCH_DIR_NAME.match(name) for name in names):
+        parent = root.rstrip("/").rpartition("/")[0]
+        return (
+            f"release {root} holds epoch documents itself: it is a run folder; give the prefix that holds the "
+            f"run folders instead (--release {parent})"
         )
     return None
 
@@ -428,8 +489,6 @@ def find_run_folders(
             problems.append(problem)
             continue
         if str(root).startswith(OBJECT_SCHEME):
-            from pipelines.release.objects import list_object_release
-
             found, skipped = list_object_release(str(root))
         else:
             found, skipped = list_run_folders(Path(root))

@@ -1,11 +1,13 @@
 """Releases on S3-compatible object storage: run folders and epoch documents found in a bucket's object keys.
 
 A release `s3://bucket/prefix` is read as a folder: the first level of keys under the prefix are its run folders,
-and a run is listed with one paginated listing of every key under it, laid out as folders, so that discover.list_run
-finds the same layouts, duplicates and stray entries as on a disk. An object's stamp is its size, its last-modified
-time and a digest of its ETag (every write changes it); a bucket has no folder stamps, so a quiet run is listed again
-at each build. Endpoint and credentials come from the AWS SDK's standard chain (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION, a profile, an instance role): nothing here names them.
+and a run is listed with one paginated listing of every key under it, laid out as folders (ObjectTree), so that
+discover.list_run finds the same layouts, duplicates and stray entries as on a disk. An object's stamp is its size,
+its last-modified time and a digest of its ETag (every write changes it); a bucket has no folder stamps, so a quiet
+run is listed again at each build. Endpoint and credentials come from the AWS SDK's standard chain
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION, a profile, an
+instance role): nothing here names them. The listings that use this tree are discover's (list_object_run,
+list_object_release): discover imports this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -13,13 +15,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import stat
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pipelines.release.discover import OBJECT_SCHEME as SCHEME
-from pipelines.release.discover import RunFolder, RunListing, SkippedEntry, list_run, shown
+from pipelines.settings import OBJECT_SCHEME as SCHEME
 
 
 @functools.cache
@@ -101,67 +101,6 @@ class ObjectTree:
 
     def scan(self, path: str) -> list[_Entry]:
         return sorted(self.folders.get(path, {}).values(), key=lambda entry: entry.name)
-
-
-def list_object_run(run: RunFolder, fs=None) -> RunListing:
-    """Every epoch document of a run under a bucket prefix, from one paginated listing of its keys."""
-    fs = fs or filesystem()
-    listed_at_ns = time.time_ns()
-    try:
-        objects = fs.find(str(run.path), detail=True, withdirs=False)
-    except OSError as exc:
-        prefix = str(run.path)[len(str(run.release_root)) + 1 :]
-        return RunListing(
-            run, [], [SkippedEntry(run.run_id, prefix, f"cannot list run folder: {exc}", True, "unreadable")]
-        )
-    listing = list_run(run, ObjectTree(str(run.path), list(objects.values())))
-    # No folder stamps in a bucket: a run is listed again at each build, never settled from stamps.
-    listing.folders = None
-    listing.listed_at_ns = listed_at_ns
-    listing.changed_at_ns = max((f.mtime_ns for f in listing.epoch_files), default=0)
-    return listing
-
-
-def list_object_release(root: str, fs=None) -> tuple[list[RunFolder], list[SkippedEntry]]:
-    """The run folders (first-level prefixes) of a release in a bucket, and its other first-level keys."""
-    fs = fs or filesystem()
-    root = root.rstrip("/")
-    runs, skipped = [], []
-    for info in sorted(fs.ls(root, detail=True, refresh=True), key=lambda info: info["name"]):
-        name = info["name"].rstrip("/").rpartition("/")[2]
-        if name.startswith("."):
-            skipped.append(SkippedEntry(None, shown(name), "hidden entry", False))
-        elif info.get("type") == "directory":
-            runs.append(RunFolder(name, release_name(root), root, f"{root}/{name}"))
-        else:
-            skipped.append(SkippedEntry(None, shown(name), "not a run folder", False))
-    return runs, skipped
-
-
-def object_release_problem(root: str, fs=None) -> str | None:
-    """Why a bucket prefix cannot be a release, or None: no such bucket, nothing under the prefix, unreachable, or
-    epoch documents at its top level (a run folder itself)."""
-    from pipelines.release.discover import EPOCH_DIR_NAME, EPOCH_FILE_NAME
-
-    try:
-        import s3fs  # noqa: F401
-    except ImportError:
-        return f"release {root} is in a bucket, which needs s3fs: pip install 'grpo-warehouse[scale-out]'"
-    try:
-        fs = fs or filesystem()
-        entries = fs.ls(root.rstrip("/"), detail=True, refresh=True)
-    except FileNotFoundError:
-        return f"release {root} does not exist (no such bucket, or no key under the prefix)"
-    except Exception as exc:  # botocore's errors (no endpoint, refused credentials) are not OSErrors
-        return f"release {root} cannot be read: {type(exc).__name__}: {exc}"
-    names = [info["name"].rstrip("/").rpartition("/")[2] for info in entries]
-    if any(EPOCH_FILE_NAME.match(name) or EPOCH_DIR_NAME.match(name) for name in names):
-        parent = root.rstrip("/").rpartition("/")[0]
-        return (
-            f"release {root} holds epoch documents itself: it is a run folder; give the prefix that holds the "
-            f"run folders instead (--release {parent})"
-        )
-    return None
 
 
 def read_object(url: str, max_file_bytes: int, fs=None) -> bytes:
