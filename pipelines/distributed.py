@@ -100,38 +100,13 @@ def local_cluster(
         with (folder / f"{name}.log").open("wb") as log:
             return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
 
+    scheduler = ["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+    worker = ["distributed.cli.dask_worker", "--nthreads", "1", "--no-nanny", "--no-dashboard"]
     processes = []
     try:
-        processes.append(
-            start(
-                "scheduler",
-                [
-                    "distributed.cli.dask_scheduler",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--no-dashboard",
-                    "--scheduler-file",
-                    str(scheduler_file),
-                ],
-            )
-        )
+        processes.append(start("scheduler", [*scheduler, "--scheduler-file", str(scheduler_file)]))
         processes += [
-            start(
-                f"worker-{n}",
-                [
-                    "distributed.cli.dask_worker",
-                    "--scheduler-file",
-                    str(scheduler_file),
-                    "--nthreads",
-                    "1",
-                    "--no-nanny",
-                    "--no-dashboard",
-                    "--name",
-                    f"worker-{n}",
-                ],
-            )
+            start(f"worker-{n}", [*worker, "--scheduler-file", str(scheduler_file), "--name", f"worker-{n}"])
             for n in range(1, workers + 1)
         ]
         deadline = time.monotonic() + timeout
