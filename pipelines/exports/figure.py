@@ -150,7 +150,6 @@ def ablation_inputs(
     )
 
 
-# Over 60 lines: the figure drawn panel by panel, top to bottom, every panel with the colours and labels set first.
 def ablation_figure(
     ablation: str | None,
     runs: pl.DataFrame,
@@ -165,11 +164,8 @@ def ablation_figure(
     train_entropy; summary: run_summary rows (run_id, matched_horizon, matched_reward and, when present,
     matched_ci_low/high, drawn as a bar through the diamond). Other runs are ignored.
     """
-    import matplotlib.lines as mlines
-    import matplotlib.patches as mpatches
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import PercentFormatter
 
     members, epochs, summary = ablation_inputs(ablation, runs, epochs, summary)
     run_ids = members["run_id"].to_list()
@@ -185,69 +181,95 @@ def ablation_figure(
     ax_reward = fig.add_subplot(grid[:, 0])
     ax_zero = fig.add_subplot(grid[0, 1], sharex=ax_reward)
     ax_entropy = fig.add_subplot(grid[1, 1], sharex=ax_reward)
-
     for run in run_ids:
         rows = data.filter(pl.col("run_id") == run)
-        colour = colours[run]
-        x = _values(rows, "epoch")
-        ax_reward.plot(
-            x,
-            _values(rows, "mean_reward"),
-            linestyle="none",
-            marker="o",
-            markersize=1.8,
-            alpha=0.28,
-            color=colour,
-            gid=f"raw:{run}",
-        )
-        ax_reward.fill_between(
-            x,
-            _values(rows, "band_low"),
-            _values(rows, "band_high"),
-            color=colour,
-            alpha=0.18,
-            linewidth=0,
-            gid=f"band:{run}",
-        )
-        ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, label=labels[run], gid=f"ema:{run}")
-        ax_zero.plot(x, _values(rows, "frac_zero_std_trailing"), color=colour, linewidth=1.5, gid=f"zero_std:{run}")
-        ax_entropy.plot(
-            x, _values(rows, "sample_entropy_trailing"), color=colour, linewidth=1.5, gid=f"sample_entropy:{run}"
-        )
-        ax_entropy.plot(
-            x,
-            _values(rows, "train_entropy_trailing"),
-            color=colour,
-            linewidth=1.2,
-            linestyle="--",
-            gid=f"train_entropy:{run}",
-        )
+        _draw_run(ax_reward, ax_zero, ax_entropy, run, rows, colours[run], labels[run])
         matched = summary.filter(pl.col("run_id") == run).to_dicts()
         if horizons and matched and _finite(matched[0]["matched_reward"]):
-            ax_reward.plot(
-                [horizons[0]],
-                [matched[0]["matched_reward"]],
-                marker="D",
-                markersize=7,
-                color=colour,
-                markeredgecolor="black",
-                markeredgewidth=0.8,
-                linestyle="none",
-                zorder=5,
-                gid=f"matched:{run}",
-            )
-            low, high = matched[0].get("matched_ci_low"), matched[0].get("matched_ci_high")
-            if _finite(low) and _finite(high):
-                ax_reward.plot(
-                    [horizons[0]] * 2,
-                    [low, high],
-                    color=colour,
-                    linewidth=2.2,
-                    solid_capstyle="butt",
-                    zorder=4.5,
-                    gid=f"matched_interval:{run}",
-                )
+            _draw_matched(ax_reward, run, horizons[0], matched[0], colours[run])
+    _draw_horizons(ax_reward, ax_zero, ax_entropy, horizons)
+    _label_axes(ax_reward, ax_zero, ax_entropy, smoothing.window)
+    _legends(fig, ax_reward, ax_entropy, run_ids, smoothing, final_window)
+    if not run_ids:
+        ax_reward.text(0.5, 0.5, "no runs in this ablation", transform=ax_reward.transAxes, ha="center")
+    elif data.is_empty():
+        ax_reward.text(0.5, 0.5, "no epochs loaded", transform=ax_reward.transAxes, ha="center")
 
+    horizon_text = f", compute-matched at epoch {horizons[0]}" if len(horizons) == 1 else ""
+    fig.suptitle(
+        f"Ablation “{ablation or 'unassigned'}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}{horizon_text}",
+        fontsize=14,
+        fontweight="bold",
+    )
+    return fig
+
+
+def _draw_run(ax_reward, ax_zero, ax_entropy, run: str, rows: pl.DataFrame, colour, label: str) -> None:
+    """One run's curves: its per-epoch means, EMA and band on the reward panel, its trailing means on the others."""
+    x = _values(rows, "epoch")
+    ax_reward.plot(
+        x,
+        _values(rows, "mean_reward"),
+        linestyle="none",
+        marker="o",
+        markersize=1.8,
+        alpha=0.28,
+        color=colour,
+        gid=f"raw:{run}",
+    )
+    ax_reward.fill_between(
+        x,
+        _values(rows, "band_low"),
+        _values(rows, "band_high"),
+        color=colour,
+        alpha=0.18,
+        linewidth=0,
+        gid=f"band:{run}",
+    )
+    ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, label=label, gid=f"ema:{run}")
+    ax_zero.plot(x, _values(rows, "frac_zero_std_trailing"), color=colour, linewidth=1.5, gid=f"zero_std:{run}")
+    ax_entropy.plot(
+        x, _values(rows, "sample_entropy_trailing"), color=colour, linewidth=1.5, gid=f"sample_entropy:{run}"
+    )
+    ax_entropy.plot(
+        x,
+        _values(rows, "train_entropy_trailing"),
+        color=colour,
+        linewidth=1.2,
+        linestyle="--",
+        gid=f"train_entropy:{run}",
+    )
+
+
+def _draw_matched(ax_reward, run: str, horizon: int, matched: dict, colour) -> None:
+    """A run's matched reward as a diamond at the horizon, and its interval as a bar through it when it has one."""
+    ax_reward.plot(
+        [horizon],
+        [matched["matched_reward"]],
+        marker="D",
+        markersize=7,
+        color=colour,
+        markeredgecolor="black",
+        markeredgewidth=0.8,
+        linestyle="none",
+        zorder=5,
+        gid=f"matched:{run}",
+    )
+    low, high = matched.get("matched_ci_low"), matched.get("matched_ci_high")
+    if _finite(low) and _finite(high):
+        ax_reward.plot(
+            [horizon] * 2,
+            [low, high],
+            color=colour,
+            linewidth=2.2,
+            solid_capstyle="butt",
+            zorder=4.5,
+            gid=f"matched_interval:{run}",
+        )
+
+
+def _draw_horizons(ax_reward, ax_zero, ax_entropy, horizons: list[int]) -> None:
+    """The compute-matched horizons as dotted lines on every panel, named on the reward panel; the panels' grids."""
     for ax in (ax_reward, ax_zero, ax_entropy):
         for horizon in horizons:
             ax.axvline(horizon, color="0.25", linestyle=":", linewidth=1.3, zorder=4, gid=f"horizon:{horizon}")
@@ -270,7 +292,11 @@ def ablation_figure(
             bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
         )
 
-    window = smoothing.window
+
+def _label_axes(ax_reward, ax_zero, ax_entropy, window: int) -> None:
+    """The panels' titles, axis labels and the zero-variance panel's percent scale."""
+    from matplotlib.ticker import PercentFormatter
+
     ax_reward.set_title("Reward (per-epoch mean over trajectories)", loc="left", fontweight="bold")
     ax_reward.set_xlabel("epoch")
     ax_reward.set_ylabel("mean trajectory reward (unitless score)")
@@ -282,6 +308,13 @@ def ablation_figure(
     ax_entropy.set_xlabel("epoch")
     ax_zero.tick_params(labelbottom=True)
 
+
+def _legends(fig, ax_reward, ax_entropy, run_ids: list[str], smoothing: Smoothing, final_window: int) -> None:
+    """The reward panel's key to its marks, the entropy panel's to its two lines, and the runs' legend below them."""
+    import matplotlib.lines as mlines
+    import matplotlib.patches as mpatches
+
+    window = smoothing.window
     grey = "0.35"
     key = [
         mlines.Line2D(
@@ -333,18 +366,6 @@ def ablation_figure(
             frameon=False,
             fontsize=10,
         )
-    else:
-        ax_reward.text(0.5, 0.5, "no runs in this ablation", transform=ax_reward.transAxes, ha="center")
-    if data.is_empty() and run_ids:
-        ax_reward.text(0.5, 0.5, "no epochs loaded", transform=ax_reward.transAxes, ha="center")
-
-    horizon_text = f", compute-matched at epoch {horizons[0]}" if len(horizons) == 1 else ""
-    fig.suptitle(
-        f"Ablation “{ablation or 'unassigned'}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}{horizon_text}",
-        fontsize=14,
-        fontweight="bold",
-    )
-    return fig
 
 
 def render(fig: Figure, fmt: str, dpi: int = FIGURE_DPI) -> bytes:
