@@ -259,7 +259,6 @@ def decode_epoch(data: bytes) -> EpochDoc:
     return decode_parsed(*parse_document(data))
 
 
-# Over 60 lines: the document checked key by key, each check a few lines ending in the user's message.
 def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
     """Checks a parsed epoch document (see parse_document) key by key and value by value."""
     if not isinstance(doc, dict):
@@ -303,6 +302,13 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
         raise DecodeError("wrong_type", f"`snapshot_id` should be a string, found {type(snapshot_id).__name__}")
 
     parsed = EpochDoc(epoch, trajectory_ids, rewards, advantages, scalars, snapshot_id, warnings=warnings)
+    _add_extras(parsed, doc, n)
+    return parsed
+
+
+def _add_extras(parsed: EpochDoc, doc: dict, n: int) -> None:
+    """The document's undocumented keys into parsed: scalars, per-trajectory lists (one value per trajectory), and
+    the rest as JSON text."""
     for key, value in doc.items():
         if key in DOCUMENTED_KEYS:
             continue
@@ -321,4 +327,3 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
                 parsed.json_extras[key] = nested_json_text(value)
             except RecursionError:  # parsed (orjson goes deeper than Python), but too deep to store as text
                 raise DecodeError("invalid_json", f"`{key}` is nested too deeply to store") from None
-    return parsed
