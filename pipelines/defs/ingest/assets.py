@@ -2,7 +2,7 @@
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -13,6 +13,7 @@ from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import (
     ERROR_COLUMNS,
     FILE_COLUMNS,
+    RunIngestResult,
     gone_runs,
     ingest_runs,
     lake_runs,
@@ -122,7 +123,6 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         )
 
 
-# Over 60 lines: removals, the ingest, then what Dagster records per partition and per table, in that order.
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest")
@@ -185,6 +185,12 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     for key in sorted(gone_keys):
         for name in RUN_TABLES:
             context.add_asset_metadata({"grpo/removed": True}, asset_key=["lake", name], partition_key=key)
+    yield from _table_results(lake, results, selected)
+
+
+def _table_results(lake: Path, results: list[RunIngestResult], selected: list[str]) -> Iterator[dg.MaterializeResult]:
+    """One result per lake table: its data version over the selected runs' partitions, and its column schema when a
+    single run was ingested."""
     for name in RUN_TABLES:
         metadata = {}
         # A column schema is only a partition's own for one run (runs have their own extra columns), and Dagster
