@@ -17,6 +17,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -49,7 +51,7 @@ BOOTSTRAP_STEPS = ("bootstrap_means",)  # the steps that resample (ablation_cont
 def _runs(releases: list[str]):
     from pipelines.release.discover import find_run_folders
 
-    runs, _, problems = find_run_folders([Path(r) for r in releases])
+    runs, _, problems = find_run_folders([r if r.startswith("s3://") else Path(r) for r in releases])
     return [runs[k] for k in sorted(runs)], problems
 
 
@@ -585,6 +587,63 @@ def bench_release(
     return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
 
 
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment, which the steps inherit, with values set for a while."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def bench_scale_out(label: str, releases: list[str], work: Path, workers: int, repeat: int, say) -> dict:
+    """The scale-out figures: the ingest from the same files in a bucket (moto's S3 server on loopback) and the whole
+    build with its run partitions on a Dask cluster of two single-threaded workers (processes on loopback)."""
+    from pipelines.distributed import local_cluster
+    from pipelines.release.objects import filesystem, loopback_s3
+
+    figures: dict[str, list[Measurement]] = {}
+
+    def run(name: str, step: str, fresh: Path | None = None, **kwargs) -> None:
+        for _ in range(repeat):
+            if fresh is not None:
+                shutil.rmtree(fresh, ignore_errors=True)
+            m = measure(step, work / "logs", **kwargs)
+            figures.setdefault(name, []).append(m)
+            say(f"  [{label}] {name}: {m.seconds:.2f} s (process {m.wall_seconds:.2f} s)")
+
+    lake = work / "lake_s3"
+    with loopback_s3() as aws, _environment(aws):
+        filesystem.cache_clear()
+        started = time.perf_counter()
+        urls = []
+        for i, release in enumerate(releases):
+            url = f"bench/{i}/{Path(release).name}"
+            filesystem().makedirs("bench", exist_ok=True)
+            filesystem().put(release, url, recursive=True)
+            urls.append(f"s3://{url}")
+        seconds = time.perf_counter() - started
+        say(f"  [{label}] uploaded {len(urls)} release(s) to the loopback S3 server in {seconds:.1f} s")
+        run("ingest_object_storage", "ingest", fresh=lake, releases=urls, lake=str(lake), workers=workers)
+        run("ingest_object_storage_no_change", "ingest", releases=urls, lake=str(lake), workers=workers)
+        filesystem.cache_clear()
+    shutil.rmtree(lake, ignore_errors=True)
+    # The workers import this copy of the package, installed or not.
+    path = os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    with local_cluster(2, work / "dask", {**os.environ, "PYTHONPATH": path}) as address:
+        with _environment({"GRPO_EXECUTOR": "dask", "GRPO_DASK_ADDRESS": address}):
+            warehouse = work / "warehouse_dask"
+            run("build_dask", "build", fresh=warehouse, releases=releases, warehouse=str(warehouse), workers=workers)
+    shutil.rmtree(work / "warehouse_dask", ignore_errors=True)
+    return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
+
+
 def _median(raw: dict, name: str, key: str = "seconds") -> float | None:
     runs = raw.get(name)
     if not runs:
@@ -967,6 +1026,7 @@ def format_table(label: str, summary: dict) -> str:
                 "figures",
             )
         )
+    rows += _scale_out_rows(summary)
     if "query" in s:
         rows.append(
             (
@@ -1007,6 +1067,43 @@ def format_table(label: str, summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _scale_out_rows(summary: dict) -> list[tuple]:
+    """The table's rows for the scale-out figures (bench_scale_out), against the same work on one node's disk."""
+    s, wall = summary["seconds"], summary["process_seconds"]
+    rows = []
+    if "ingest_object_storage" in s:
+        rows.append(
+            (
+                "ingest, full, from S3 (loopback)",
+                s["ingest_object_storage"],
+                wall["ingest_object_storage"],
+                f"{s['ingest_object_storage'] / s['ingest_full']:.2f}x the ingest from disk",
+                "ingest_object_storage",
+            )
+        )
+        rows.append(
+            (
+                "ingest, no change, from S3 (loopback)",
+                s["ingest_object_storage_no_change"],
+                wall["ingest_object_storage_no_change"],
+                f"{s['ingest_object_storage_no_change'] / s['ingest_no_change']:.2f}x from disk: every run "
+                "listed, no folder stamps in a bucket",
+                "ingest_object_storage_no_change",
+            )
+        )
+    if "build_dask" in s and "build_full" in s:
+        rows.append(
+            (
+                "whole build, fresh, Dask, 2 workers",
+                s["build_dask"],
+                wall["build_dask"],
+                f"{wall['build_dask'] / wall['build_full']:.2f}x the in-process build (process times)",
+                "build_dask",
+            )
+        )
+    return rows
+
+
 def format_checks(checks: list[dict]) -> str:
     lines = ["\ntargets:"]
     for c in checks:
@@ -1029,6 +1126,7 @@ def run_bench(
     with_serial: bool = True,
     with_build: bool = True,
     say=print,
+    with_scale_out: bool = False,
 ) -> dict:
     """Runs every figure for each scale (generated sample releases) or for the given releases; prints the tables."""
     from pipelines.release.sample import write_sample
@@ -1067,6 +1165,8 @@ def run_bench(
                     folders.append(str(target))
                 say(f"[{label}] linked {len(folders)} release folder(s) in {time.perf_counter() - started:.1f} s")
             raw = bench_release(label, folders, work, workers, repeat, with_pandas, with_serial, say, with_build)
+            if with_scale_out:
+                raw |= bench_scale_out(label, folders, work, workers, repeat, say)
             summary = summarize(raw)
             report["results"][label] = {"scale": scale, "releases": given or folders, "raw": raw, "summary": summary}
             say(format_table(label, summary))

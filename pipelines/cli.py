@@ -112,6 +112,12 @@ def parser() -> argparse.ArgumentParser:
         help="skip the whole-build figures (Dagster and the models; most of the time at 100x)",
     )
 
+    bench.add_argument(
+        "--scale-out",
+        action="store_true",
+        help="also ingest from an S3 server on loopback (moto) and build on two Dask workers (docs/scale-out.md)",
+    )
+
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -184,6 +190,7 @@ def run_bench(args) -> int:
         with_pandas=not args.no_pandas,
         with_serial=not args.no_serial,
         with_build=not args.no_build,
+        with_scale_out=args.scale_out,
     )
     return 0
 

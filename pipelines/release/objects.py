@@ -112,8 +112,11 @@ def read_object(url: str, max_file_bytes: int, fs=None) -> bytes:
 def loopback_s3() -> Iterator[dict[str, str]]:
     """moto's S3 server on a free loopback port (moto, a test dependency); yields the AWS variables that point a
     process at it, and stops it on leaving (for tests and the benchmark)."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
