@@ -371,8 +371,8 @@ def _worth_retrying(outcome: dict, file: EpochFile, max_file_bytes: int) -> bool
         return outcome["reason"].startswith(_OVER_THE_LIMIT) and file.size <= max_file_bytes
     if outcome["status"] != "quarantined":
         return False
-    if outcome["reason"] == "unreadable":
-        return os.access(file.file_path, os.R_OK)
+    if outcome["reason"] == "unreadable":  # an object's access is the store's to say: asked again, one GET
+        return file.file_path.startswith(OBJECT_SCHEME) or os.access(file.file_path, os.R_OK)
     return outcome["reason"] == "file_too_large" and file.size <= max_file_bytes
 
 

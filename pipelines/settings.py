@@ -6,6 +6,7 @@ Nothing heavier than the standard library is imported here, so `grpo-warehouse s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
@@ -70,7 +71,8 @@ def read_environment(environ: Mapping[str, str] | None = None, skip: Collection[
         if not text or field in skip:
             continue
         if kind == "paths":
-            values[field] = [part for part in text.split(os.pathsep) if part]
+            # A separator followed by "//" is a URL's (s3://bucket/prefix), not one between two paths.
+            values[field] = [part for part in re.split(f"{re.escape(os.pathsep)}(?!//)", text) if part]
         elif kind == "path":
             values[field] = [text]
         elif kind == "whole":

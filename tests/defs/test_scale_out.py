@@ -51,6 +51,14 @@ def test_dask_executor_runs_the_ingest_only_in_runs_of_n_partitions(tmp_path):
     } == {None}
 
 
+def test_releases_in_the_environment_keep_their_bucket_urls(tmp_path):
+    config = WarehouseConfig.from_env(
+        {"GRPO_RELEASES": f"s3://lab/runs:{tmp_path}:s3://other/x/y", "GRPO_WAREHOUSE_DIR": str(tmp_path)}
+    )
+    assert config.releases == ["s3://lab/runs", str(tmp_path), "s3://other/x/y"]
+    assert config.release_roots() == ["s3://lab/runs", tmp_path, "s3://other/x/y"]
+
+
 def test_pieces_cut_a_block_into_ranges_of_at_most_n():
     keys = [f"k{i}" for i in range(7)]
     assert _pieces(keys, 3) == [["k0", "k1", "k2"], ["k3", "k4", "k5"], ["k6"]]
