@@ -9,6 +9,7 @@ import pytest
 from helpers import epoch_document, write_epoch_file
 
 import pipelines.lake
+import pipelines.release.objects
 from pipelines.lake import ingest_run, partition_file, select_runs
 from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
 from pipelines.release.objects import ObjectTree, filesystem, loopback_s3
@@ -134,3 +135,23 @@ def test_a_missing_bucket_or_a_run_folder_given_as_the_release_is_refused_in_one
     refusal = release_problem(f"s3://{name}/run")
     assert "is a run folder" in refusal and f"--release s3://{name}" in refusal
     assert release_problem(f"s3://{name}") is None
+
+
+def test_an_object_refused_once_is_asked_for_again_unchanged(bucket, tmp_path, monkeypatch):
+    fs, name = bucket
+    url = f"s3://{name}/rel"
+    fs.pipe_file(f"{url}/run/epoch_001_results.json", json.dumps(epoch_document(1)).encode())
+    runs, _, _ = find_run_folders([url])
+    granted = pipelines.release.objects.read_object
+
+    def denied(*args, **kwargs):
+        raise PermissionError("Access Denied")
+
+    monkeypatch.setattr(pipelines.release.objects, "read_object", denied)
+    first = ingest_run(list_run(runs["run"]), tmp_path / "lake", LIMIT)
+    assert (first.epochs, first.files_quarantined) == (0, 1)
+    errors = pl.read_parquet(partition_file(tmp_path / "lake", "errors", "run"))
+    assert errors.select("source_path", "error_kind").rows() == [("run/epoch_001_results.json", "unreadable")]
+    monkeypatch.setattr(pipelines.release.objects, "read_object", granted)  # access granted, the object as it was
+    second = ingest_run(list_run(runs["run"]), tmp_path / "lake", LIMIT)
+    assert (second.files_parsed, second.epochs, second.files_quarantined) == (1, 1, 0)
