@@ -1113,7 +1113,25 @@ def format_checks(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# Over 60 lines: the scales one after another, and the report written even when a step fails.
+def _bench_folders(label: str, work: Path, scale: int | None, given: list[str] | None, say) -> list[str]:
+    """The release folders one bench measures: the sample written at `scale`, or a linked copy of the given ones
+    (the one-file figures add files to it)."""
+    from pipelines.release.sample import write_sample
+
+    started = time.perf_counter()
+    if scale:
+        folders = [str(f) for f in write_sample(work / "sample", seed=0, scale=scale)]
+        say(f"[{label}] generated {len(folders)} release folders in {time.perf_counter() - started:.1f} s")
+        return folders
+    folders = []
+    for i, release in enumerate(given):
+        target = work / "releases" / f"{i}" / Path(release).absolute().name
+        _mirror(Path(release).absolute(), target)
+        folders.append(str(target))
+    say(f"[{label}] linked {len(folders)} release folder(s) in {time.perf_counter() - started:.1f} s")
+    return folders
+
+
 def run_bench(
     scales: list[int],
     releases: list[str],
@@ -1129,7 +1147,6 @@ def run_bench(
     with_scale_out: bool = False,
 ) -> dict:
     """Runs every figure for each scale (generated sample releases) or for the given releases; prints the tables."""
-    from pipelines.release.sample import write_sample
 
     workers = workers or os.cpu_count() or 1
     if with_pandas:
@@ -1153,17 +1170,7 @@ def run_bench(
         for label, scale, given in plans:
             work = base / (f"scale_{scale}" if scale else "release")
             shutil.rmtree(work, ignore_errors=True)
-            started = time.perf_counter()
-            if scale:
-                folders = [str(f) for f in write_sample(work / "sample", seed=0, scale=scale)]
-                say(f"[{label}] generated {len(folders)} release folders in {time.perf_counter() - started:.1f} s")
-            else:
-                folders = []
-                for i, release in enumerate(given):  # a linked copy: the one-file figures add files to it
-                    target = work / "releases" / f"{i}" / Path(release).absolute().name
-                    _mirror(Path(release).absolute(), target)
-                    folders.append(str(target))
-                say(f"[{label}] linked {len(folders)} release folder(s) in {time.perf_counter() - started:.1f} s")
+            folders = _bench_folders(label, work, scale, given, say)
             raw = bench_release(label, folders, work, workers, repeat, with_pandas, with_serial, say, with_build)
             if with_scale_out:
                 raw |= bench_scale_out(label, folders, work, workers, repeat, say)
