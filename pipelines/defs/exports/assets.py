@@ -192,7 +192,6 @@ def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, 
     return files, previews, ablations
 
 
-# Over 60 lines: kept figures returned early, else planned, drawn, written and recorded, one call each.
 @dg.asset(
     deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
@@ -237,13 +236,12 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing, warehouse.final_window, preview=shown),
     )
     files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
-    redrawn = len(jobs)
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     stale = [p for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in files]
     for path in stale:
         path.unlink()
     context.log.info(
-        f"{len(ablations)} ablation(s), {redrawn} drawn, the others' unchanged; {len(files)} figure "
+        f"{len(ablations)} ablation(s), {len(jobs)} drawn, the others' unchanged; {len(files)} figure "
         f"file(s), {len(written)} rewritten, {len(stale)} stale removed"
     )
     preview = "\n\n".join(previews) or "no ablations"
