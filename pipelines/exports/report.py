@@ -341,7 +341,35 @@ def _of_ablation(frame: pl.DataFrame, column: str, ablation: str | None) -> pl.D
     return frame.filter(pl.col(column).eq_missing(pl.lit(ablation, dtype=pl.String)))
 
 
-# Over 60 lines: the section's parts in the order the report prints them.
+def _section_lead(
+    members: pl.DataFrame, summary: pl.DataFrame, contrasts: pl.DataFrame, settings: ReportSettings
+) -> str:
+    """The section's first paragraph: the arms' or the runs' headline, or what one arm of several seeds allows."""
+    ids = members["run_id"].to_list()
+    arms = members["arm"].unique().to_list() if "arm" in members.columns else ids
+    if len(ids) > 1 and len(arms) == 1:
+        return (
+            f"All {len(ids)} runs are seeds of one configuration (arm **{arms[0]}**): there is no other "
+            "configuration to compare it with; the table shows how much its seeds differ."
+        )
+    with_seeds = contrasts.height and contrasts["unit"].eq("runs").any()
+    return arm_headline(contrasts, settings) if with_seeds else headline(members, summary, contrasts, settings)
+
+
+def _figure_lines(ablation: str | None, settings: ReportSettings) -> list[str]:
+    """The ablation's figure, inlined, with links to its files and a key to what it draws."""
+    name, stem, folder = ablation or "unassigned", file_stem(ablation), settings.figures_folder
+    return [
+        "",
+        f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)",
+        "",
+        f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
+        "per-epoch mean reward; points: per-epoch means; band: the EMA ± the trailing spread of per-epoch "
+        "means (descriptive: it treats neighbouring epochs as independent, so it is no test); diamonds: "
+        f"matched rewards, with bars for their {settings.ci_level:.0%} intervals; dotted line: the horizon.",
+    ]
+
+
 def ablation_section(
     ablation: str | None,
     runs: pl.DataFrame,
@@ -361,26 +389,9 @@ def ablation_section(
     )
     snapshots = snapshots.filter(pl.col("run_id").is_in(ids))
     name = ablation or "unassigned"
-    with_seeds = contrasts.height and contrasts["unit"].eq("runs").any()
-    lead = arm_headline(contrasts, settings) if with_seeds else headline(members, summary, contrasts, settings)
-    arms = members["arm"].unique().to_list() if "arm" in members.columns else ids
-    if len(ids) > 1 and len(arms) == 1:
-        lead = (
-            f"All {len(ids)} runs are seeds of one configuration (arm **{arms[0]}**): there is no other "
-            "configuration to compare it with; the table shows how much its seeds differ."
-        )
-    lines = ["", f"## Ablation `{name}`", "", lead]
+    lines = ["", f"## Ablation `{name}`", "", _section_lead(members, summary, contrasts, settings)]
     if full:
-        stem, folder = file_stem(ablation), settings.figures_folder
-        lines += [
-            "",
-            f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)",
-            "",
-            f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
-            "per-epoch mean reward; points: per-epoch means; band: the EMA ± the trailing spread of per-epoch "
-            "means (descriptive: it treats neighbouring epochs as independent, so it is no test); diamonds: "
-            f"matched rewards, with bars for their {settings.ci_level:.0%} intervals; dotted line: the horizon.",
-        ]
+        lines += _figure_lines(ablation, settings)
     lines += [
         "",
         "### Runs",
