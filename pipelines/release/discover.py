@@ -215,54 +215,72 @@ class LocalTree:
             return sorted(listing, key=_name)
 
 
-# Over 60 lines: one pass over a run folder, a no-change build's hot path; its helpers share its lists as closures.
 def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
     """Every epoch document of one run folder, and the inventory of everything else in it; tree is how its folders
     are looked at (LocalTree; an object store's listing of the run, pipelines.release.objects)."""
     if tree is LocalTree and isinstance(run.path, str) and run.path.startswith(OBJECT_SCHEME):
         return list_object_run(run)
-    # A no-change build lists every file of every run, so this loop costs about one stat per file: plain
-    # strings rather than Path objects, os.scandir's entries (their type comes with the listing, their stat
-    # is one call), and a real-path check only for links. An entry that is not a link, in a folder whose real
-    # path is inside the root, cannot lead outside it: the run folder and any linked epoch folder are checked
-    # when met, and the root itself is the reference.
-    root = run.release_root
-    run_id = run.run_id
-    epoch_files: list[EpochFile] = []
-    skipped: list[SkippedEntry] = []
-    prefix = _relative(run.path, root)  # source paths are this plus "/name", as Path.relative_to would give
+    lister = _RunLister(run, tree)
+    try:
+        st = tree.stat(run.path)
+        lister.folders = None if stat.S_ISLNK(st.st_mode) else {lister.prefix: folder_stamp(st)}
+        lister.changed_at_ns = st.st_ctime_ns
+        entries = tree.scan(run.path)
+    except OSError as exc:
+        lister.skip(lister.prefix, f"cannot list run folder: {exc.strerror}", "unreadable")
+        return RunListing(run, lister.epoch_files, lister.skipped)
+    lister.list_entries(entries)
+    return RunListing(
+        run, lister.epoch_files, lister.skipped, lister.folders, lister.listed_at_ns, lister.changed_at_ns
+    )
+
+
+class _RunLister:
+    """One listing of a run folder: its epoch files, its skipped entries and its folders' stamps, as they are met.
+
+    A no-change build lists every file of every run, so this costs about one stat per file: plain strings rather
+    than Path objects, os.scandir's entries (their type comes with the listing, their stat is one call), and a
+    real-path check only for links. An entry that is not a link, in a folder whose real path is inside the root,
+    cannot lead outside it: the run folder and any linked epoch folder are checked when met, and the root itself
+    is the reference.
+    """
+
+    def __init__(self, run: RunFolder, tree):
+        self.run_id = run.run_id
+        self.root = run.release_root
+        self.tree = tree
+        self.prefix = _relative(run.path, self.root)  # source paths are this plus "/name", as Path.relative_to gives
+        self.epoch_files: list[EpochFile] = []
+        self.skipped: list[SkippedEntry] = []
+        self.listed_at_ns = time.time_ns()
+        self.folders: dict[str, FolderStamp] | None = None  # None: not settled from stamps (a link, a bucket)
+        self.changed_at_ns = 0
 
     def skip(
-        source_path: str, reason: str, error_kind: str | None = None, severity: str = "error", epoch: int | None = None
+        self, source_path: str, reason: str, error_kind: str | None = None, severity: str = "error", epoch=None
     ) -> None:
-        skipped.append(
-            SkippedEntry(run_id, shown(source_path), reason, error_kind is not None, error_kind, severity, epoch)
+        self.skipped.append(
+            SkippedEntry(self.run_id, shown(source_path), reason, error_kind is not None, error_kind, severity, epoch)
         )
 
-    listed_at_ns = time.time_ns()
-    folders: dict[str, FolderStamp] | None = None
-    changed_at_ns = 0
-
-    def link_problem(entry: os.DirEntry) -> str | None:
-        nonlocal folders
+    def link_problem(self, entry: os.DirEntry) -> str | None:
         if not entry.is_symlink():
             return None
-        folders = None
-        return _link_problem(Path(entry.path), root)
+        self.folders = None
+        return _link_problem(Path(entry.path), self.root)
 
-    def add_epoch(entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
-        nonlocal changed_at_ns
+    def add_epoch(self, entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
         if shown(source_path) != source_path:
-            skip(source_path, "a document whose name is not UTF-8 text; not loaded (renamed, it is)", "bad_name")
+            self.skip(source_path, "a document whose name is not UTF-8 text; not loaded (renamed, it is)", "bad_name")
             return
         try:
             st = entry.stat()  # follows a link (already checked to stay inside the root), as Path.stat does
         except OSError as exc:
-            skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
+            self.skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
             return
-        epoch_files.append(
+        self.epoch_files.append(
             EpochFile(
-                run_id,
+                self.run_id,
                 entry.path,
                 source_path,
                 epoch,
@@ -274,9 +292,9 @@ def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
                 st.st_ctime_ns,
             )
         )
-        changed_at_ns = max(changed_at_ns, st.st_ctime_ns)
+        self.changed_at_ns = max(self.changed_at_ns, st.st_ctime_ns)
 
-    def list_epoch_folder(inner_entries: list[os.DirEntry], folder_path: str, digits: str) -> None:
+    def list_epoch_folder(self, inner_entries: list[os.DirEntry], folder_path: str, digits: str) -> None:
         """The epoch folder's document, by EPOCH_DIR_DOCUMENTS' names in order, else its *.json candidates."""
         epoch = int(digits)
         known = {name.format(n=digits): (rank, layout) for rank, (name, layout) in enumerate(EPOCH_DIR_DOCUMENTS)}
@@ -284,14 +302,14 @@ def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
         for inner in inner_entries:
             path = f"{folder_path}/{inner.name}"
             if inner.name.startswith("."):
-                skip(path, "hidden entry", epoch=epoch)
+                self.skip(path, "hidden entry", epoch=epoch)
             elif not (inner.name in known or inner.name.endswith(".json")):
                 others.append(inner)
             # A regular file, or a link to anything but a folder (a broken link is reported as such).
             elif not (inner.is_file() or (inner.is_symlink() and not inner.is_dir())):
                 others.append(inner)
-            elif problem := link_problem(inner):
-                skip(path, problem, "outside_link", epoch=epoch)
+            elif problem := self.link_problem(inner):
+                self.skip(path, problem, "outside_link", epoch=epoch)
                 refused = True  # reported; the folder is not reported again as without a document
             elif inner.name in known:
                 documents.append((known[inner.name], inner))
@@ -300,9 +318,9 @@ def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
         documents.sort(key=lambda ranked: ranked[0][0])
         if documents:
             (_, layout), chosen = documents[0]
-            add_epoch(chosen, f"{folder_path}/{chosen.name}", epoch, layout)
+            self.add_epoch(chosen, f"{folder_path}/{chosen.name}", epoch, layout)
             for _, second in documents[1:]:
-                skip(
+                self.skip(
                     f"{folder_path}/{second.name}",
                     f"a second document for epoch {epoch}: {folder_path}/{chosen.name} is loaded ({DOCUMENT_ORDER})",
                     "duplicate_epoch",
@@ -313,62 +331,59 @@ def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
             others += candidates
         else:
             for candidate in candidates:
-                add_epoch(candidate, f"{folder_path}/{candidate.name}", epoch, OTHER_JSON_LAYOUT)
+                self.add_epoch(candidate, f"{folder_path}/{candidate.name}", epoch, OTHER_JSON_LAYOUT)
             beside = "in an epoch folder; inventoried, not parsed"
             if not candidates and not refused:
                 seen = ", ".join(inner.name for inner in inner_entries[:5]) or "nothing"
                 more = f" and {len(inner_entries) - 5} more" if len(inner_entries) > 5 else ""
-                skip(
+                self.skip(
                     folder_path,
                     f"epoch folder without an epoch document ({DOCUMENT_ORDER}); it holds {seen}{more}",
                     "missing_document",
                     epoch=epoch,
                 )
         for other in sorted(others, key=_name):
-            skip(f"{folder_path}/{other.name}", beside, epoch=epoch)
+            self.skip(f"{folder_path}/{other.name}", beside, epoch=epoch)
 
-    try:
-        st = tree.stat(run.path)
-        folders = None if stat.S_ISLNK(st.st_mode) else {prefix: folder_stamp(st)}
-        changed_at_ns = st.st_ctime_ns
-        entries = tree.scan(run.path)
-    except OSError as exc:
-        skip(prefix, f"cannot list run folder: {exc.strerror}", "unreadable")
-        return RunListing(run, epoch_files, skipped)
-
-    for entry in entries:
-        name = entry.name
-        source_path = f"{prefix}/{name}"
-        if name.startswith("."):
-            skip(source_path, "hidden entry")
-            continue
-        if problem := link_problem(entry):
-            named = EPOCH_FILE_NAME.match(name) or EPOCH_DIR_NAME.match(name)
-            skip(source_path, problem, "outside_link", epoch=int(named.group(1)) if named else None)
-            continue
-        if (match := EPOCH_FILE_NAME.match(name)) and entry.is_file():
-            add_epoch(entry, source_path, int(match.group(1)), "file")
-        elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
-            try:
-                if folders is not None:
-                    folder = entry.stat(follow_symlinks=False)
-                    folders[source_path] = folder_stamp(folder)
-                    changed_at_ns = max(changed_at_ns, folder.st_ctime_ns)
-                inner_entries = tree.scan(entry.path)
-            except OSError as exc:
-                skip(source_path, f"cannot list epoch folder: {exc.strerror}", "unreadable", epoch=int(match.group(1)))
+    def list_entries(self, entries: list[os.DirEntry]) -> None:
+        """The run folder's entries: epoch files, epoch folders, and the rest inventoried."""
+        for entry in entries:
+            name = entry.name
+            source_path = f"{self.prefix}/{name}"
+            if name.startswith("."):
+                self.skip(source_path, "hidden entry")
                 continue
-            list_epoch_folder(inner_entries, source_path, match.group(1))
-        elif name.startswith("epoch_") and not EPOCH_COMPANION_NAME.match(name):
-            # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
-            skip(
-                source_path,
-                "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
-                "stray_file",
-            )
-        else:
-            skip(source_path, "not an epoch file")
-    return RunListing(run, epoch_files, skipped, folders, listed_at_ns, changed_at_ns)
+            if problem := self.link_problem(entry):
+                named = EPOCH_FILE_NAME.match(name) or EPOCH_DIR_NAME.match(name)
+                self.skip(source_path, problem, "outside_link", epoch=int(named.group(1)) if named else None)
+                continue
+            if (match := EPOCH_FILE_NAME.match(name)) and entry.is_file():
+                self.add_epoch(entry, source_path, int(match.group(1)), "file")
+            elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
+                try:
+                    if self.folders is not None:
+                        folder = entry.stat(follow_symlinks=False)
+                        self.folders[source_path] = folder_stamp(folder)
+                        self.changed_at_ns = max(self.changed_at_ns, folder.st_ctime_ns)
+                    inner_entries = self.tree.scan(entry.path)
+                except OSError as exc:
+                    self.skip(
+                        source_path,
+                        f"cannot list epoch folder: {exc.strerror}",
+                        "unreadable",
+                        epoch=int(match.group(1)),
+                    )
+                    continue
+                self.list_epoch_folder(inner_entries, source_path, match.group(1))
+            elif name.startswith("epoch_") and not EPOCH_COMPANION_NAME.match(name):
+                # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
+                self.skip(
+                    source_path,
+                    "named like an epoch document but not epoch_NNN_results.json or epoch_NNN/; not parsed",
+                    "stray_file",
+                )
+            else:
+                self.skip(source_path, "not an epoch file")
 
 
 def _name(entry: os.DirEntry) -> str:
