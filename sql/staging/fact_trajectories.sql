@@ -34,5 +34,7 @@ final as (
     inner join runs using (run_id)
 )
 
+-- Not sorted: the rows come in the lake's order, a run's file after another, each in epoch and trajectory order,
+-- and every model reading them orders what it aggregates. A sort of the largest table would cost more CPU than
+-- the rest of this model together (1.0 s against 1.5 s on the 10x sample).
 select * from final
-order by run_id, epoch, traj_index
