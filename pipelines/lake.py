@@ -319,21 +319,51 @@ def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_file(file: EpochFile, max_file_bytes: int) -> bytes:
-    """The bytes of an epoch file; DecodeError when it is over the limit or cannot be read."""
+def _read_file(file: EpochFile, max_file_bytes: int, fetched: bytes | Exception | None = None) -> bytes:
+    """The bytes of an epoch file (fetched: an object's, or the error its fetch met, from _with_objects_fetched);
+    DecodeError when it is over the limit or cannot be read."""
     if file.size > max_file_bytes:
         raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes} (max_file_bytes)")
     if file.file_path.startswith(OBJECT_SCHEME):
-        return _read_object(file, max_file_bytes)
+        return _read_object(file, max_file_bytes, fetched)
     return read_epoch_file(file, max_file_bytes)
 
 
-def _read_object(file: EpochFile, max_file_bytes: int) -> bytes:
+# Objects fetched at once, up to this many or this many bytes: a bucket answers each GET after a round trip, and
+# many in flight hide it.
+FETCH_OBJECTS, FETCH_BYTES = 32, 64 * 2**20
+
+
+def _with_objects_fetched(files: list[EpochFile], max_file_bytes: int) -> Iterator[tuple[EpochFile, object]]:
+    """Each file, with its bytes (or the error met) when it is an object in a bucket, fetched in batches of
+    concurrent GETs; None for a file on a disk, read when parsed."""
+    batch: list[EpochFile] = []
+
+    def fetch() -> Iterator[tuple[EpochFile, object]]:
+        from pipelines.release.objects import read_objects
+
+        yield from zip(batch, read_objects([f.file_path for f in batch], max_file_bytes), strict=True)
+        batch.clear()
+
+    for file in files:
+        if not file.file_path.startswith(OBJECT_SCHEME) or file.size > max_file_bytes:
+            yield file, None
+            continue
+        if batch and (len(batch) == FETCH_OBJECTS or sum(f.size for f in batch) + file.size > FETCH_BYTES):
+            yield from fetch()
+        batch.append(file)
+    if batch:
+        yield from fetch()
+
+
+def _read_object(file: EpochFile, max_file_bytes: int, fetched: bytes | Exception | None = None) -> bytes:
     """The bytes of an epoch document in a bucket; DecodeError when it is over the limit or cannot be read."""
     from pipelines.release.objects import read_object
 
     try:
-        data = read_object(file.file_path, max_file_bytes)
+        if isinstance(fetched, Exception):
+            raise fetched
+        data = read_object(file.file_path, max_file_bytes) if fetched is None else fetched
     except Exception as exc:  # botocore's errors (gone, access denied) are not all OSErrors
         raise DecodeError("unreadable", f"cannot read the object: {type(exc).__name__}: {exc}"[:300]) from None
     if len(data) > max_file_bytes:
@@ -387,7 +417,7 @@ _OVER_THE_LIMIT = "over max_file_bytes"
 _DOCUMENT_TOKEN = b'"trajectory_ids"'
 
 
-def _read_candidate(file: EpochFile, max_file_bytes: int) -> bytes:
+def _read_candidate(file: EpochFile, max_file_bytes: int, fetched: bytes | Exception | None = None) -> bytes:
     """The bytes of a *.json candidate in an epoch folder; NotAnEpochDocument when it cannot be one.
 
     A byte search rather than a parse (gigabytes a second): transcripts and per-trajectory files beside an epoch's
@@ -396,7 +426,7 @@ def _read_candidate(file: EpochFile, max_file_bytes: int) -> bytes:
     """
     if file.size > max_file_bytes:
         raise NotAnEpochDocument(f"{_OVER_THE_LIMIT} ({file.size} > {max_file_bytes} bytes); not opened")
-    data = _read_file(file, max_file_bytes)
+    data = _read_file(file, max_file_bytes, fetched)
     if _DOCUMENT_TOKEN not in data:
         raise NotAnEpochDocument("not an epoch document: no `trajectory_ids` key")
     return data
@@ -654,10 +684,14 @@ def _parse_files(
     def outcome(file: EpochFile, status: str, reason: str | None, epoch: int | None) -> None:
         outcomes[file.source_path] = _Outcome(file.size, file.mtime_ns, status, reason, epoch, ctime_ns=file.ctime_ns)
 
-    for file in files:
+    for file, fetched in _with_objects_fetched(files, max_file_bytes):
         candidate = file.layout == OTHER_JSON_LAYOUT
         try:
-            data = _read_candidate(file, max_file_bytes) if candidate else _read_file(file, max_file_bytes)
+            data = (
+                _read_candidate(file, max_file_bytes, fetched)
+                if candidate
+                else _read_file(file, max_file_bytes, fetched)
+            )
             fast = columns.add_bytes(file, data)
             if not fast:
                 with _failures_as_invalid_json():

@@ -103,6 +103,13 @@ class ObjectTree:
         return sorted(self.folders.get(path, {}).values(), key=lambda entry: entry.name)
 
 
+def read_objects(urls: list[str], max_file_bytes: int, fs=None) -> list[bytes | Exception]:
+    """Objects' bytes, at most max_file_bytes + 1 of each, their GETs in flight together; an object's error in its
+    place."""
+    n = len(urls)
+    return (fs or filesystem()).cat_ranges(urls, [0] * n, [max_file_bytes + 1] * n, on_error="return")
+
+
 def read_object(url: str, max_file_bytes: int, fs=None) -> bytes:
     """An object's bytes, at most max_file_bytes + 1 of them read (more means over the limit): one ranged GET."""
     return (fs or filesystem()).cat_file(url, start=0, end=max_file_bytes + 1)

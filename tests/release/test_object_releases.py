@@ -8,7 +8,6 @@ import polars as pl
 import pytest
 from helpers import epoch_document, write_epoch_file
 
-import pipelines.lake
 import pipelines.release.objects
 from pipelines.lake import ingest_run, partition_file, select_runs
 from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
@@ -120,12 +119,12 @@ def test_an_object_rewritten_in_the_same_second_at_the_same_size_is_changed_by_i
         return list_run(RunFolder("run", "rel", release, f"{release}/run"), ObjectTree(f"{release}/run", [info]))
 
     reads = []
-    monkeypatch.setattr(pipelines.lake, "_read_object", lambda file, limit: reads.append(file.source_path) or text)
+    monkeypatch.setattr(pipelines.release.objects, "read_objects", lambda urls, limit: reads.extend(urls) or [text])
     lake = tmp_path / "lake"
     assert ingest_run(listing('"aaa"'), lake, LIMIT).files_parsed == 1
     assert ingest_run(listing('"aaa"'), lake, LIMIT).files_parsed == 0
     assert ingest_run(listing('"bbb"'), lake, LIMIT).files_parsed == 1
-    assert reads == ["run/epoch_001_results.json"] * 2
+    assert reads == [f"{release}/run/epoch_001_results.json"] * 2
 
 
 def test_a_missing_bucket_or_a_run_folder_given_as_the_release_is_refused_in_one_line(bucket):
@@ -142,16 +141,12 @@ def test_an_object_refused_once_is_asked_for_again_unchanged(bucket, tmp_path, m
     url = f"s3://{name}/rel"
     fs.pipe_file(f"{url}/run/epoch_001_results.json", json.dumps(epoch_document(1)).encode())
     runs, _, _ = find_run_folders([url])
-    granted = pipelines.release.objects.read_object
-
-    def denied(*args, **kwargs):
-        raise PermissionError("Access Denied")
-
-    monkeypatch.setattr(pipelines.release.objects, "read_object", denied)
+    granted = pipelines.release.objects.read_objects
+    monkeypatch.setattr(pipelines.release.objects, "read_objects", lambda urls, limit: [PermissionError("Denied")])
     first = ingest_run(list_run(runs["run"]), tmp_path / "lake", LIMIT)
     assert (first.epochs, first.files_quarantined) == (0, 1)
     errors = pl.read_parquet(partition_file(tmp_path / "lake", "errors", "run"))
     assert errors.select("source_path", "error_kind").rows() == [("run/epoch_001_results.json", "unreadable")]
-    monkeypatch.setattr(pipelines.release.objects, "read_object", granted)  # access granted, the object as it was
+    monkeypatch.setattr(pipelines.release.objects, "read_objects", granted)  # access granted, the object as it was
     second = ingest_run(list_run(runs["run"]), tmp_path / "lake", LIMIT)
     assert (second.files_parsed, second.epochs, second.files_quarantined) == (1, 1, 0)
