@@ -1,7 +1,9 @@
 """The one configurable resource: where releases and the warehouse are, and every metric parameter."""
 
 import math
+import socket
 import tempfile
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -136,6 +138,8 @@ class WarehouseConfig(dg.ConfigurableResource):
         for registry in self.registries:
             read_registry(Path(registry))  # RegistryError (a ConfigError) names the file, the line and the problem
         _check_writable(self.warehouse)
+        if self.executor == "dask":
+            _check_reachable(self.dask_address)
 
     @property
     def warehouse(self) -> Path:
@@ -199,6 +203,20 @@ def _check_executor(executor: str, dask_address: str) -> None:
     except ImportError:
         raise ConfigError(
             f"{_named('executor')} dask needs dagster-dask and distributed: pip install 'grpo-warehouse[scale-out]'"
+        ) from None
+
+
+def _check_reachable(address: str) -> None:
+    """Raises ConfigError unless something accepts a connection at the scheduler's host and port."""
+    parts = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parts.port or 8786
+        socket.create_connection((parts.hostname or "", port), timeout=10).close()
+    except ValueError:
+        raise ConfigError(f"{_named('dask_address')} {address!r} is not an address such as tcp://host:8786") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{_named('dask_address')} {address}: no Dask scheduler answers there ({exc.strerror or exc})"
         ) from None
 
 

@@ -1,6 +1,7 @@
 """The scale-out configuration: the Dask executor and the partitions per run it is given, and its refusals."""
 
 import os
+import socket
 from pathlib import Path
 
 import duckdb
@@ -21,6 +22,21 @@ def test_dask_needs_a_scheduler_address(tmp_path):
         WarehouseConfig.from_env({"GRPO_EXECUTOR": "dask", "GRPO_WAREHOUSE_DIR": str(tmp_path)})
     with pytest.raises(ConfigError, match="GRPO_EXECUTOR"):
         WarehouseConfig.from_env({"GRPO_EXECUTOR": "kubernetes", "GRPO_WAREHOUSE_DIR": str(tmp_path)})
+
+
+def test_a_scheduler_nobody_answers_at_is_refused_before_the_build(tmp_path):
+    with socket.socket() as unused:  # a port that was free a moment ago, nothing listening on it now
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    config = WarehouseConfig.from_env(
+        {
+            "GRPO_EXECUTOR": "dask",
+            "GRPO_DASK_ADDRESS": f"tcp://127.0.0.1:{port}",
+            "GRPO_WAREHOUSE_DIR": str(tmp_path / "wh"),
+        }
+    )
+    with pytest.raises(ConfigError, match=f"GRPO_DASK_ADDRESS.*127.0.0.1:{port}: no Dask scheduler answers"):
+        config.check_paths()
 
 
 def test_dask_executor_runs_the_ingest_only_in_runs_of_n_partitions(tmp_path):
