@@ -319,13 +319,18 @@ def read_epoch_file(file: EpochFile, max_file_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_file(file: EpochFile, max_file_bytes: int, fetched: bytes | Exception | None = None) -> bytes:
-    """The bytes of an epoch file (fetched: an object's, or the error its fetch met, from _with_objects_fetched);
-    DecodeError when it is over the limit or cannot be read."""
+def _document_bytes(file: EpochFile, max_file_bytes: int, fetched: bytes | Exception | None) -> bytes:
+    """The bytes of an epoch file, read now or as fetched (an object's, or the error its fetch met, from
+    _with_objects_fetched); DecodeError when it is over the limit or cannot be read."""
+    return _read_file(file, max_file_bytes) if fetched is None else _read_object(file, max_file_bytes, fetched)
+
+
+def _read_file(file: EpochFile, max_file_bytes: int) -> bytes:
+    """The bytes of an epoch file; DecodeError when it is over the limit or cannot be read."""
     if file.size > max_file_bytes:
         raise DecodeError("file_too_large", f"{file.size} bytes, over the limit of {max_file_bytes} (max_file_bytes)")
     if file.file_path.startswith(OBJECT_SCHEME):
-        return _read_object(file, max_file_bytes, fetched)
+        return _read_object(file, max_file_bytes)
     return read_epoch_file(file, max_file_bytes)
 
 
@@ -426,7 +431,7 @@ def _read_candidate(file: EpochFile, max_file_bytes: int, fetched: bytes | Excep
     """
     if file.size > max_file_bytes:
         raise NotAnEpochDocument(f"{_OVER_THE_LIMIT} ({file.size} > {max_file_bytes} bytes); not opened")
-    data = _read_file(file, max_file_bytes, fetched)
+    data = _document_bytes(file, max_file_bytes, fetched)
     if _DOCUMENT_TOKEN not in data:
         raise NotAnEpochDocument("not an epoch document: no `trajectory_ids` key")
     return data
@@ -690,7 +695,7 @@ def _parse_files(
             data = (
                 _read_candidate(file, max_file_bytes, fetched)
                 if candidate
-                else _read_file(file, max_file_bytes, fetched)
+                else _document_bytes(file, max_file_bytes, fetched)
             )
             fast = columns.add_bytes(file, data)
             if not fast:
