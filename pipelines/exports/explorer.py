@@ -224,6 +224,31 @@ def _overview(payload: dict, page: str) -> dict:
     return {"name": payload["name"], "page": page, "runs": payload["runs"], "contrasts": payload["contrasts"]}
 
 
+def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables]:
+    """Each ablation's rows of every table, split in one pass per table: filtering each table once per ablation
+    grows with ablations x rows (200 ablations of 232,500 epochs at 100x)."""
+    ablation_of = tables.runs.select("run_id", pl.col("ablation").alias("_ablation"))
+
+    def parts(frame: pl.DataFrame, by_run: bool = True) -> dict[str | None, pl.DataFrame]:
+        if frame.is_empty():  # an empty table may not even have its columns
+            return {}
+        keyed = (
+            frame.join(ablation_of, on="run_id", how="inner")
+            if by_run
+            else frame.with_columns(_ablation=pl.col("ablation"))
+        )
+        return {key: part.drop("_ablation") for (key,), part in keyed.partition_by("_ablation", as_dict=True).items()}
+
+    split = {
+        name: parts(getattr(tables, name), by_run=name != "contrasts")
+        for name in ("runs", "epochs", "summary", "contrasts", "snapshots", "breakdowns")
+    }
+    return {
+        ablation: ExplorerTables(**{name: split[name].get(ablation, getattr(tables, name).clear()) for name in split})
+        for ablation in split["runs"]
+    }
+
+
 def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: str | None = None) -> dict[str, bytes]:
     """File name (relative to the explorer folder) -> bytes: index.html, plus ablations/<name>.html when many.
 
@@ -232,7 +257,8 @@ def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: 
     library = library or vega_bundle()
     common = {"settings": asdict(settings), "library": library_versions()}
     ablations = ordered_ablations(tables.runs)
-    payloads = {ablation: ablation_payload(ablation, tables) for ablation in ablations}
+    split = split_by_ablation(tables)
+    payloads = {ablation: ablation_payload(ablation, split[ablation]) for ablation in ablations}
     if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
         return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())}, library)}
     names = page_names(ablations)
