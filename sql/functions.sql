@@ -77,3 +77,7 @@ create or replace temp macro t_quantile(p, df) as (
 create or replace temp macro ar1_mean_variance(drift, phi, noise, n) as (
     drift / n * ((1 + phi) / (1 - phi) - 2 * phi * (1 - phi ^ n) / (n * (1 - phi) ^ 2)) + noise / n
 );
+
+-- The quantile of an interval's half-width: Student's t on df degrees of freedom, or the normal's when df is null (a
+-- variance taken as known, as `reml` takes it).
+create or replace temp macro interval_quantile(p, df) as coalesce(t_quantile(p, df), normal_quantile(1 - p));

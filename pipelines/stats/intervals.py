@@ -79,6 +79,45 @@ def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.nda
     return summarise(gamma[:, 0], drift, phi, gamma[:, 0] - drift, values.shape[1], window)
 
 
+# `reml`: the exact restricted likelihood of the same model, maximised over a grid of φ and noise-to-drift ratios
+# (the grid sql/marts/run_summary.sql holds)
+REML_PHIS = (0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.84, 0.87, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995)
+REML_NOISE_RATIOS = (0.0, 0.03, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 4.0, 8.0, 20.0)
+
+
+def reml_log_likelihood(values: np.ndarray, epochs: np.ndarray, phi: float, noise_ratio: float):
+    """Per row, the restricted log-likelihood (up to a constant) of a quadratic trend in the epoch plus errors of
+    covariance σ²(φ^|i−j| + noise_ratio·I) over the values in order, σ² profiled out; also σ²'s estimate."""
+    size = values.shape[1]
+    steps = np.arange(size)
+    design = np.vander((epochs - epochs.mean()) / (epochs.std() or 1), TREND_DEGREE + 1)
+    chol = np.linalg.cholesky(phi ** np.abs(np.subtract.outer(steps, steps)) + noise_ratio * np.eye(size))
+    whitened_design = np.linalg.solve(chol, design)
+    whitened = np.linalg.solve(chol, values.T)
+    basis, upper = np.linalg.qr(whitened_design)
+    residual_df = size - TREND_DEGREE - 1
+    scale = ((whitened - basis @ (basis.T @ whitened)) ** 2).sum(axis=0) / residual_df
+    log_det = 2 * np.log(np.diag(chol)).sum() + 2 * np.log(np.abs(np.diag(upper))).sum()
+    return -0.5 * (residual_df * np.log(scale) + log_det), scale
+
+
+def reml_fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.ndarray]:
+    """Per row: the grid point of highest restricted likelihood, its φ and the window mean's variance."""
+    best = np.full(len(values), -np.inf)
+    phi = np.zeros(len(values))
+    variance = np.zeros(len(values))
+    for grid_phi in REML_PHIS:
+        for ratio in REML_NOISE_RATIOS:
+            if grid_phi == 0 and ratio > 0:
+                continue  # white noise alone: the ratio is not identified
+            log_likelihood, scale = reml_log_likelihood(values, epochs, grid_phi, ratio)
+            better = log_likelihood > best
+            best = np.where(better, log_likelihood, best)
+            phi = np.where(better, grid_phi, phi)
+            variance = np.where(better, window_variance(scale, grid_phi, scale * ratio, window), variance)
+    return {"phi": phi, "variance": variance}
+
+
 def t_quantile(p: float, df) -> np.ndarray:
     """Student's t quantile with upper tail probability p (< 0.5) on df > 0.5 degrees of freedom, real df allowed:
     Hill's closed form (Algorithm 396, as R's qt uses it), the formula sql/functions.sql holds."""

@@ -3,9 +3,10 @@
 -- intervals; resolved when the interval excludes zero.
 -- Arms of one run each (unit `epochs of one run`): run_a < run_b are the runs, delta = matched_reward(run_b) −
 -- matched_reward(run_a), and the interval follows getvariable('ci_method'): `ar1` (docs/statistics.md) combines
--- the two runs' own matched standard errors (run_summary) with a Welch t quantile; `iid` is the percentile
--- interval of the differences of the two runs' bootstrap means (bootstrap_means: the window's epochs resampled as
--- if independent, which autocorrelated epochs are not; kept to reproduce earlier numbers). prob_improvement: the
+-- the two runs' own matched standard errors (run_summary) with a Welch t quantile (`reml`: with a normal quantile,
+-- its variances taken as known); `iid` is the percentile interval of the differences of the two runs' bootstrap
+-- means (bootstrap_means: the window's epochs resampled as if independent, which autocorrelated epochs are not;
+-- kept to reproduce earlier numbers). prob_improvement: the
 -- share of (epoch of run_b, epoch of run_a) pairs of the two matched windows where run_b's mean reward is higher,
 -- ties counting one half (the Mann–Whitney count; descriptive, epochs are not independent). Such a claim is
 -- about these two runs, not about their configurations.
@@ -144,22 +145,22 @@ epoch_contrasts as (
         run_pairs.run_a,
         run_pairs.run_b,
         run_pairs.delta,
-        case getvariable('ci_method')
-            when 'iid' then epoch_bootstrap.ci_low
+        case
+            when getvariable('ci_method') = 'iid' then epoch_bootstrap.ci_low
             -- two flat windows have no spread to build an interval from
-            when 'ar1' then if(
+            when getvariable('ci_method') in ('ar1', 'reml') then if(
                     run_pairs.std_error > 0,
                     run_pairs.delta
-                    - t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
+                    - interval_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
                     null
                 )
         end as ci_low,
-        case getvariable('ci_method')
-            when 'iid' then epoch_bootstrap.ci_high
-            when 'ar1' then if(
+        case
+            when getvariable('ci_method') = 'iid' then epoch_bootstrap.ci_high
+            when getvariable('ci_method') in ('ar1', 'reml') then if(
                     run_pairs.std_error > 0,
                     run_pairs.delta
-                    + t_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
+                    + interval_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
                     null
                 )
         end as ci_high,

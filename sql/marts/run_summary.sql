@@ -7,11 +7,12 @@
 -- The matched reward's own interval at getvariable('ci_level') (matched_ci_low/high), by getvariable('ci_method'):
 -- `ar1` (docs/statistics.md) fits a quadratic trend plus an AR(1) drift plus white noise to the last
 -- getvariable('ci_fit_epochs') loaded epochs at or before the horizon, and takes the variance of the window mean
--- from that model, with a t quantile on the fit's effective n − 1 degrees of freedom; `iid` treats the window's
--- epochs as independent (t interval, effective n = the window's epochs). matched_effective_n: the window's epochs
--- worth of independent ones (the variance of one epoch over that of the window mean); matched_iqm: the interquartile
--- mean of the window (the middle half of its values after dropping floor(n/4) at each end, as rliable's IQM);
--- matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
+-- from that model, with a t quantile on the fit's effective n − 1 degrees of freedom; `reml` fits the same model to
+-- the same epochs by its exact restricted likelihood, with a normal quantile (matched_ci_df null); `iid` treats the
+-- window's epochs as independent (t interval, effective n = the window's epochs). matched_effective_n: the window's
+-- epochs worth of independent ones (the variance of one epoch over that of the window mean); matched_iqm: the
+-- interquartile mean of the window (the middle half of its values after dropping floor(n/4) at each end, as
+-- rliable's IQM); matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
 with epochs as (
     select
         run_id,
@@ -191,6 +192,153 @@ ar_fits as (
     ) as raw_fits
 ),
 
+-- `reml` (docs/statistics.md): the exact restricted likelihood of the same model (quadratic trend + AR(1) drift +
+-- white noise), maximised over a grid of φ and noise-to-drift ratios, as pipelines/stats/intervals.reml_fit. For
+-- each run and grid point a Kalman filter runs over the fit's epochs in order, on the rewards and on each trend term
+-- at once; the filter's innovations give the generalised least-squares inner products of those series, from which
+-- the trend's removal (Gram–Schmidt on 1, x1, x2) leaves the residual sum of squares and log|X'Σ⁻¹X|. The drift's
+-- variance is scaled to 1 in the filter (σ² is profiled out). No rows at all unless ci_method is `reml`.
+reml_phis as (
+    select
+        unnest([
+            0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.84, 0.87, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995
+        ])::double as phi
+),
+
+reml_noise_ratios as (
+    select unnest([0.0, 0.03, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 4.0, 8.0, 20.0])::double as noise_ratio
+),
+
+reml_grid as (
+    select
+        reml_phis.phi,
+        reml_noise_ratios.noise_ratio
+    from reml_phis
+    cross join reml_noise_ratios
+    -- white noise alone: the ratio is not identified
+    where getvariable('ci_method') = 'reml' and (reml_phis.phi > 0 or reml_noise_ratios.noise_ratio = 0)
+),
+
+reml_series as (
+    select
+        run_id,
+        count(*) as fit_size,
+        list({ 'y': mean_reward, 'x1': x1, 'x2': x2 } order by epoch) as fit_epochs
+    from fit_polynomials
+    where getvariable('ci_method') = 'reml'
+    group by run_id
+),
+
+-- the filter's state after each epoch: the filtered drift of each series (rewards y, 1, x1, x2), the next epoch's
+-- predicted drift variance and innovation variance f (p' = φ²·p·λ/f + 1 − φ², f' = p' + λ; gain p/f), the inner
+-- products Σ v_a·v_b / f of the innovations v = value − φ·state, and Σ ln f
+reml_filters as (
+    select
+        reml_series.run_id,
+        reml_series.fit_size,
+        reml_grid.phi,
+        reml_grid.noise_ratio,
+        list_reduce(  -- noqa: PRS, RF02
+            reml_series.fit_epochs,
+            lambda s, e: {
+                'y': phi * s.y + s.p / s.f * (e.y - phi * s.y),
+                'one': phi * s.one + s.p / s.f * (1 - phi * s.one),
+                'x1': phi * s.x1 + s.p / s.f * (e.x1 - phi * s.x1),
+                'x2': phi * s.x2 + s.p / s.f * (e.x2 - phi * s.x2),
+                'p': phi * phi * s.p * noise_ratio / s.f + 1 - phi * phi,
+                'f': phi * phi * s.p * noise_ratio / s.f + 1 - phi * phi + noise_ratio,
+                'yy': s.yy + (e.y - phi * s.y) ^ 2 / s.f,
+                'y1': s.y1 + (e.y - phi * s.y) * (1 - phi * s.one) / s.f,
+                'yx1': s.yx1 + (e.y - phi * s.y) * (e.x1 - phi * s.x1) / s.f,
+                'yx2': s.yx2 + (e.y - phi * s.y) * (e.x2 - phi * s.x2) / s.f,
+                'c11': s.c11 + (1 - phi * s.one) ^ 2 / s.f,
+                'c1x1': s.c1x1 + (1 - phi * s.one) * (e.x1 - phi * s.x1) / s.f,
+                'c1x2': s.c1x2 + (1 - phi * s.one) * (e.x2 - phi * s.x2) / s.f,
+                'x1x1': s.x1x1 + (e.x1 - phi * s.x1) ^ 2 / s.f,
+                'x1x2': s.x1x2 + (e.x1 - phi * s.x1) * (e.x2 - phi * s.x2) / s.f,
+                'x2x2': s.x2x2 + (e.x2 - phi * s.x2) ^ 2 / s.f,
+                'log_f': s.log_f + ln(s.f)
+            },
+            {
+                'y': 0.0, 'one': 0.0, 'x1': 0.0, 'x2': 0.0, 'p': 1.0, 'f': 1.0 + noise_ratio, 'yy': 0.0, 'y1': 0.0,
+                'yx1': 0.0, 'yx2': 0.0, 'c11': 0.0, 'c1x1': 0.0, 'c1x2': 0.0, 'x1x1': 0.0, 'x1x2': 0.0,
+                'x2x2': 0.0, 'log_f': 0.0
+            }
+        ) as filtered
+    from reml_series
+    cross join reml_grid
+    where reml_series.fit_size >= 5
+),
+
+reml_sums as (
+    select
+        run_id,
+        fit_size,
+        phi,
+        noise_ratio,
+        struct_extract(filtered, 'yy') as yy,
+        struct_extract(filtered, 'y1') as y1,
+        struct_extract(filtered, 'yx1') as yx1,
+        struct_extract(filtered, 'yx2') as yx2,
+        struct_extract(filtered, 'c11') as c11,
+        struct_extract(filtered, 'c1x1') as c1x1,
+        struct_extract(filtered, 'c1x2') as c1x2,
+        struct_extract(filtered, 'x1x1') as x1x1,
+        struct_extract(filtered, 'x1x2') as x1x2,
+        struct_extract(filtered, 'x2x2') as x2x2,
+        struct_extract(filtered, 'log_f') as log_f
+    from reml_filters
+),
+
+-- the trend removed by Gram–Schmidt in that inner product: x1 less its part along 1 (x1'), x2 less its parts along
+-- 1 and x1' (x2''); the restricted log-likelihood −½[(T − 3) ln(q/(T − 3)) + Σ ln f + ln|X'Σ⁻¹X|]
+reml_likelihoods as (
+    select
+        run_id,
+        phi,
+        noise_ratio,
+        q / (fit_size - 3) as scale,
+        -0.5 * ((fit_size - 3) * ln(q / (fit_size - 3)) + log_f + ln(c11) + ln(x1x1_1) + ln(x2x2_2)) as log_likelihood
+    from (
+        select
+            *,
+            yy - y1 * y1 / c11 - yx1_1 * yx1_1 / x1x1_1 - yx2_2 * yx2_2 / x2x2_2 as q
+        from (
+            select
+                *,
+                x2x2 - c1x2 * c1x2 / c11 - x1x2_1 * x1x2_1 / x1x1_1 as x2x2_2,
+                yx2 - y1 * c1x2 / c11 - x1x2_1 * yx1_1 / x1x1_1 as yx2_2
+            from (
+                select
+                    *,
+                    x1x1 - c1x1 * c1x1 / c11 as x1x1_1,
+                    x1x2 - c1x1 * c1x2 / c11 as x1x2_1,
+                    yx1 - c1x1 * y1 / c11 as yx1_1
+                from reml_sums
+            ) as along_1
+        ) as along_x1
+    ) as residuals
+    where q > 0 and x1x1_1 > 0 and x2x2_2 > 0
+),
+
+reml_fits as (
+    select
+        run_id,
+        arg_max({ 'phi': phi, 'noise_ratio': noise_ratio, 'scale': scale }, log_likelihood) as reml_best
+    from reml_likelihoods
+    group by run_id
+),
+
+fits as (
+    select
+        ar_fits.*,
+        reml_fits.reml_best.phi as reml_phi,
+        reml_fits.reml_best.noise_ratio as reml_noise_ratio,
+        reml_fits.reml_best.scale as reml_scale
+    from ar_fits
+    left join reml_fits on ar_fits.run_id = reml_fits.run_id
+),
+
 -- the variance of the mean of the window's n values under that model: s²/n · [(1+φ)/(1−φ) − 2φ(1−φⁿ)/(n(1−φ)²)]
 -- + r/n (γ0/n without drift, 0 for a constant curve); under `iid`, the window's sample variance over n. The same
 -- for all the fit's values gives the fit's effective n: the variance is estimated from those values, so its degrees
@@ -207,13 +355,15 @@ window_variances as (
                         ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, window_size),
                         gamma0 / window_size
                     )
-            else error('ci_method must be ar1 or iid, not ' || getvariable('ci_method'))
+            when 'reml'
+                then ar1_mean_variance(reml_scale, reml_phi, reml_scale * reml_noise_ratio, window_size)
+            else error('ci_method must be ar1, reml or iid, not ' || getvariable('ci_method'))
         end as variance,
         if(raw_phi > 0, ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, fit_size), gamma0 / fit_size)
             as fit_variance,
         if(getvariable('ci_method') = 'iid', window_variance, gamma0) as epoch_variance,
-        phi
-    from ar_fits
+        if(getvariable('ci_method') = 'reml', reml_phi, phi) as phi
+    from fits
     where window_size >= 2 and (fit_size >= 5 or getvariable('ci_method') = 'iid')
 ),
 
@@ -223,11 +373,13 @@ intervals as (
     select
         run_id,
         sqrt(variance) as matched_std_error,
-        if(variance > 0, epoch_variance / variance, window_size) as matched_effective_n,
-        greatest(
+        case when variance > 0 then epoch_variance / variance when variance = 0 then window_size end
+            as matched_effective_n,
+        -- `reml`: none, a normal quantile
+        if(getvariable('ci_method') = 'reml', null, greatest(
             if(getvariable('ci_method') = 'ar1' and fit_variance > 0, epoch_variance / fit_variance, window_size) - 1, 1
-        ) as matched_ci_df,
-        if(getvariable('ci_method') = 'ar1', phi, null) as matched_ar_coefficient
+        )) as matched_ci_df,
+        if(getvariable('ci_method') in ('ar1', 'reml'), phi, null) as matched_ar_coefficient
     from window_variances
 ),
 
@@ -264,9 +416,9 @@ final as (
         windows.peak_epoch,
         horizons.matched_horizon,
         windows.matched_reward,
-        windows.matched_reward - t_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
+        windows.matched_reward - interval_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
         * intervals.matched_std_error as matched_ci_low,
-        windows.matched_reward + t_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
+        windows.matched_reward + interval_quantile((1 - getvariable('ci_level')) / 2, intervals.matched_ci_df)
         * intervals.matched_std_error as matched_ci_high,
         iqms.matched_iqm,
         intervals.matched_effective_n,

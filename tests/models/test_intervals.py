@@ -43,6 +43,30 @@ def test_null_intervals_exclude_zero_rarely_with_ar1_and_often_with_iid(null_cur
     assert share_excluding_zero(iid) > 0.30
 
 
+def test_sql_reml_equals_the_numpy_computation():
+    # Four runs of 60 epochs, their φ from 0.5 to the grid's top: the Kalman filters in SQL against the T × T solve.
+    curves = ar1_curves(seed=3, runs=4, epochs=60, phi=0.9, trend=True)
+    con = build(curves, {"ci_method": "reml", "final_window": 20})
+    got = rows(con, "select * from run_summary order by run_id")
+    fitted = intervals.reml_fit(curves, np.arange(60.0), 20)
+    assert sorted(set(fitted["phi"])) == [0.5, 0.87, 0.95, 0.995]
+    assert [r["matched_ar_coefficient"] for r in got] == list(fitted["phi"])
+    assert [r["matched_std_error"] ** 2 for r in got] == pytest.approx(fitted["variance"], rel=1e-9)
+    # a variance taken as known: a normal quantile, no degrees of freedom
+    means = curves[:, -20:].mean(axis=1)
+    half = scipy_stats.norm.ppf(0.975) * np.sqrt(fitted["variance"])
+    assert [(r["matched_ci_df"], r["matched_ci_low"], r["matched_ci_high"]) for r in got] == [
+        (None, pytest.approx(m - h, rel=1e-8), pytest.approx(m + h, rel=1e-8)) for m, h in zip(means, half, strict=True)
+    ]
+    contrasts = rows(con, "select * from ablation_contrasts order by run_a")
+    half = scipy_stats.norm.ppf(0.975) * np.sqrt(fitted["variance"][0::2] + fitted["variance"][1::2])
+    delta = means[1::2] - means[0::2]
+    assert [(c["ci_method"], c["ci_low"], c["ci_high"]) for c in contrasts] == [
+        ("reml", pytest.approx(d - h, rel=1e-8), pytest.approx(d + h, rel=1e-8))
+        for d, h in zip(delta, half, strict=True)
+    ]
+
+
 def test_sql_intervals_equal_the_numpy_computation():
     curves = ar1_curves(seed=3, runs=6, epochs=120, phi=0.8, trend=True)
     con = build(curves, {"ci_method": "ar1"})
@@ -138,7 +162,7 @@ def test_study_restricted_likelihood_matches_the_density_of_error_contrasts():
         return -0.5 * (37 * np.log(scale) + np.linalg.slogdet(covariance)[1])
 
     points = [(0.0, 0.0), (0.5, 0.2), (0.9, 1.5), (0.99, 0.03)]
-    ours = [study.reml_log_likelihood(values, phi, ratio)[0] for phi, ratio in points]
+    ours = [intervals.reml_log_likelihood(values, steps * 3.0 + 1, phi, ratio)[0] for phi, ratio in points]
     theirs = [direct(phi, ratio) for phi, ratio in points]
     for index in range(1, len(points)):
         assert ours[index] - ours[0] == pytest.approx(theirs[index] - theirs[0], rel=1e-8, abs=1e-8)
