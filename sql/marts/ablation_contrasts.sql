@@ -318,7 +318,12 @@ final as (
         contrasts.ci_high,
         contrasts.ci_method,
         arm_pairs.unit,
-        coalesce(contrasts.ci_low > 0 or contrasts.ci_high < 0, false) as resolved,
+        -- a NaN bound (rewards whose spread overflows) excludes nothing: DuckDB orders NaN above every number
+        coalesce(
+            isfinite(contrasts.ci_low) and isfinite(contrasts.ci_high)
+            and (contrasts.ci_low > 0 or contrasts.ci_high < 0),
+            false
+        ) as resolved,
         contrasts.prob_improvement,
         arm_pairs.matched_horizon,
         contrasts.matched_reward_a,

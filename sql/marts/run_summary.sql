@@ -356,7 +356,12 @@ window_variances as (
                         gamma0 / window_size
                     )
             when 'reml'
-                then ar1_mean_variance(reml_scale, reml_phi, reml_scale * reml_noise_ratio, window_size)
+                -- a constant curve leaves only rounding in the likelihood: no spread, as under ar1
+                then if(
+                        gamma0 > 0,
+                        ar1_mean_variance(reml_scale, reml_phi, reml_scale * reml_noise_ratio, window_size),
+                        0
+                    )
             else error('ci_method must be ar1, reml or iid, not ' || getvariable('ci_method'))
         end as variance,
         if(raw_phi > 0, ar1_mean_variance(drift_variance, phi, gamma0 - drift_variance, fit_size), gamma0 / fit_size)

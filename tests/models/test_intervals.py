@@ -275,7 +275,8 @@ def test_ar1_intervals_are_the_same_at_any_thread_count():
     assert tables(4) == tables(1)
 
 
-def test_two_flat_windows_have_no_interval_and_resolve_nothing():
+@pytest.mark.parametrize("ci_method", ["ar1", "reml"])
+def test_two_flat_windows_have_no_interval_and_resolve_nothing(ci_method):
     con = duckdb.connect()
     create_staging(
         con,
@@ -283,7 +284,7 @@ def test_two_flat_windows_have_no_interval_and_resolve_nothing():
         [("flat_a", "abl", 1), ("flat_b", "abl", 1)],
         extras=False,
     )
-    build_marts(con, {"final_window": 4})
+    build_marts(con, {"final_window": 4, "ci_method": ci_method})
     (pair,) = rows(con, "select * from ablation_contrasts")
     assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"]) == (0.25, None, None, False)
 
@@ -295,3 +296,19 @@ def test_study_pooled_phi_of_a_run_with_itself_is_that_runs_own_fit():
     expected_variance, expected_df = study.ar1_variance(runs, WINDOW)
     assert variance == pytest.approx(expected_variance, rel=1e-12)
     assert df == pytest.approx(expected_df, rel=1e-12)
+
+
+def test_an_interval_that_is_not_finite_resolves_nothing():
+    # Rewards of ±1e308 have a finite mean (0) but a spread that overflows: the interval is NaN, which DuckDB orders
+    # above every number, so "ci_low > 0" alone would call the lead resolved.
+    con = duckdb.connect()
+    create_staging(
+        con,
+        _window_run("huge", [1e308, -1e308] * 4) + _window_run("calm", [0.5, 0.4] * 4),
+        [("huge", "abl", 1), ("calm", "abl", 1)],
+        extras=False,
+    )
+    build_marts(con, {"final_window": 4})
+    (pair,) = rows(con, "select * from ablation_contrasts")
+    assert np.isnan(pair["ci_low"]) and np.isnan(pair["ci_high"])
+    assert pair["resolved"] is False
