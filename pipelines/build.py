@@ -22,9 +22,10 @@ def configure(
     workers: int | None = None,
     warehouse: str | None = None,
     remove_releases: list[str] | None = None,
+    parameters: list[str] | None = None,
 ):
-    """The one configuration of a build: the given values (None: not given), the environment for the rest, every
-    value checked before any work starts (BuildError naming the first bad one)."""
+    """The one configuration of a build: the given values (None: not given; parameters as NAME=VALUE texts), the
+    environment for the rest, every value checked before any work starts (BuildError naming the first bad one)."""
     from pipelines.defs.resources import WarehouseConfig
 
     if workers is not None and workers < 0:
@@ -36,11 +37,28 @@ def configure(
             warehouse_dir=str(Path(warehouse).absolute()) if warehouse else None,
             workers=workers,
             remove_releases=remove_releases or None,
+            **_parameters(parameters or []),
         )
         config.check_paths()
     except ConfigError as exc:
         raise BuildError(str(exc)) from None
     return config
+
+
+def _parameters(settings: list[str]) -> dict[str, str]:
+    """`--param NAME=VALUE` texts by name, each name one of the metric and check parameters; WarehouseConfig turns
+    each value into its field's type and checks it."""
+    from pipelines.defs.resources import PARAMETERS
+
+    given = {}
+    for setting in settings:
+        name, equals, value = setting.partition("=")
+        if not equals or not value:
+            raise BuildError(f"--param takes NAME=VALUE, not {setting!r}")
+        if name not in PARAMETERS:
+            raise BuildError(f"--param {name}: not a parameter; the parameters are {', '.join(PARAMETERS)}")
+        given[name] = value
+    return given
 
 
 def build_warehouse(config, full_scan: bool = False, wait: float = 600) -> list[str]:

@@ -71,6 +71,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long to wait for another build of the same warehouse to finish (default 600)",
     )
+    build.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a metric or check parameter, e.g. ci_method=reml or final_window=100; repeat for several "
+        "(docs/configuration.md lists them)",
+    )
     _warehouse_arg(build)
 
     sample = commands.add_parser("sample", help="write the deterministic sample releases")
@@ -198,7 +206,7 @@ def run_bench(args) -> int:
 def run_build(args) -> int:
     if not args.wait >= 0:  # also refuses NaN
         raise CommandError(f"--wait must be 0 or more seconds, not {args.wait}")
-    config = configure(args.release, args.registry, args.workers, args.warehouse, args.remove_release)
+    config = configure(args.release, args.registry, args.workers, args.warehouse, args.remove_release, args.param)
     not_loading = build_warehouse(config, args.full_scan, args.wait)
     if args.strict and not_loading:
         print(f"grpo-warehouse build: --strict: {'; '.join(not_loading)}", file=sys.stderr)

@@ -163,6 +163,7 @@ class WarehouseConfig(dg.ConfigurableResource):
         return find_run_folders(self.release_roots(), warehouse=self.warehouse)
 
     def metric_parameters(self) -> dict:
+        """The parameters the SQL models read with getvariable(), by name."""
         return {
             "ema_weight": self.ema_weight,
             "rolling_window": self.rolling_window,
@@ -176,6 +177,26 @@ class WarehouseConfig(dg.ConfigurableResource):
             "snapshot_model_prefix": self.snapshot_model_prefix,
             "advantage_tolerance": self.advantage_tolerance,
         }
+
+
+# The fields `build --param NAME=VALUE` sets: the metric and check parameters, which have no flag or variable of
+# their own (docs/configuration.md lists them).
+PARAMETERS = (
+    "ema_weight",
+    "rolling_window",
+    "final_window",
+    "ci_method",
+    "ci_fit_epochs",
+    "bootstrap_reps",
+    "bootstrap_seed",
+    "ci_level",
+    "breakdown_window",
+    "snapshot_model_prefix",
+    "advantage_tolerance",
+    "reward_tolerance",
+    "max_file_bytes",
+    "sample_seed",
+)
 
 
 def _named(field: str) -> str:

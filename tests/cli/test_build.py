@@ -109,3 +109,33 @@ def test_second_build_with_no_change_parses_nothing(sample_warehouse, query):
         argv += ["--release", str(release)]
     assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in partitions} == before
+
+
+def test_parameters_given_on_the_command_line_reach_the_models_of_that_build_only(tmp_path, write_epoch, build, query):
+    release = tmp_path / "rel"
+    for run in ("run_a", "run_b"):
+        for epoch in range(6):
+            write_epoch(release / run, epoch, epoch_document(epoch, n=4))
+    wh = tmp_path / "wh"
+    params = ["--param", "ci_method=iid", "--param", "bootstrap_reps=7", "--param", "final_window=3"]
+
+    assert build([release], wh, *params) == 0
+    # One ablation (the release) of two runs: one contrast, by the plain bootstrap, 7 replicates a run, and a matched
+    # window of the last 3 of the 6 epochs both runs reach.
+    assert query(wh, "select ci_method, unit from ablation_contrasts") == [("iid", "epochs of one run")]
+    assert query(wh, "select run_id, count(*) from bootstrap_means group by 1 order by 1") == [
+        ("run_a", 7),
+        ("run_b", 7),
+    ]
+    assert query(wh, "select run_id, min(epoch), max(epoch) from matched_window_values group by 1 order by 1") == [
+        ("run_a", 3, 5),
+        ("run_b", 3, 5),
+    ]
+
+    assert build([release], wh) == 0  # the defaults again: nothing given is remembered
+    assert query(wh, "select ci_method from ablation_contrasts") == [("ar1",)]
+    assert query(wh, "select count(*) from bootstrap_means") == [(0,)]
+    assert query(wh, "select run_id, min(epoch), max(epoch) from matched_window_values group by 1 order by 1") == [
+        ("run_a", 0, 5),
+        ("run_b", 0, 5),
+    ]
