@@ -25,8 +25,15 @@ def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
 
 
 # Over 60 lines: one declaration per command and flag, the CLI's reference read top to bottom.
+class _Parser(argparse.ArgumentParser):
+    """argparse with a refusal on one line (its usage block is what --help is for); subcommands' parsers too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="grpo-warehouse", description=__doc__)
+    top = _Parser(prog="grpo-warehouse", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
 
     build = commands.add_parser("build", help="materialize every asset against the releases")

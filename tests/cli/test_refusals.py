@@ -185,3 +185,18 @@ def test_an_emptied_release_keeps_the_warehouse_until_removal_is_asked_for(tmp_p
     assert build([release], wh, "--remove-release", "rel") == 0
     assert query(wh, "select count(*) from dim_runs") == [(0,)]
     assert query(wh, "select count(*) from fact_epochs") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["build", "--workers", "abc"], "grpo-warehouse build: argument --workers: invalid int value: 'abc'"),
+        (["build", "--wrkers", "2"], "grpo-warehouse: unrecognized arguments: --wrkers 2"),
+        (["sql"], "grpo-warehouse sql: the following arguments are required: query"),
+    ],
+)
+def test_a_flag_argparse_cannot_read_is_refused_on_one_line_without_the_usage_block(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == message + "\n"
