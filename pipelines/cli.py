@@ -24,7 +24,6 @@ def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# Over 60 lines: one declaration per command and flag, the CLI's reference read top to bottom.
 class _Parser(argparse.ArgumentParser):
     """argparse with a refusal on one line (its usage block is what --help is for); subcommands' parsers too."""
 
@@ -32,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}\n")
 
 
+# Over 60 lines: one declaration per command and flag, the CLI's reference read top to bottom.
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="grpo-warehouse", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
