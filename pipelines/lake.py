@@ -783,6 +783,8 @@ def _write_run(
         "format": LAKE_FORMAT,
         "run_id": run_id,
         "release": listing.run.release,
+        # Which folder of that name it came from: another folder of the same name is not where its runs went.
+        "release_root": release_location(listing.run.release_root),
         "files": {path: vars(o) for path, o in sorted(outcomes.items())},
         "skipped": [dict(vars(s)) for s in sorted(listing.skipped, key=_source_path)],
         "json_columns": kinds,
@@ -975,6 +977,11 @@ def remove_run(lake: Path, run_id: str) -> None:
             pass  # not there, or not empty (a temporary file of a write under way)
     manifest_file(lake, run_id).unlink(missing_ok=True)
     _run_id_file(lake, run_id).unlink(missing_ok=True)
+
+
+def release_location(root: Path | str) -> str:
+    """A release's folder as one string whatever way it was given (relative, through a link), or its bucket URL."""
+    return root if str(root).startswith(OBJECT_SCHEME) else os.path.realpath(root)
 
 
 def gone_runs(lake: Path, present) -> list[str]:

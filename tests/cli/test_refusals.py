@@ -141,6 +141,35 @@ def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp
     assert refusal([release], remove=["rel"]) is None
 
 
+def test_runs_are_not_removed_when_their_release_name_now_stands_for_another_folder(tmp_path, release):
+    lake = tmp_path / "lake"
+    _lake_of(release, lake)
+
+    def refusal(roots, remove=()):
+        runs, _, _ = find_run_folders(roots)
+        return removal_refusal(roots, runs, lake, remove)
+
+    # Another folder named like the release, with runs of its own: the warehouse's runs did not leave it.
+    other = tmp_path / "b" / "rel"
+    write_epoch_file(other / "run_c", 0)
+    assert refusal([other]) == (
+        f"release 'rel' is now read from {other}, but the warehouse's 2 run(s) of release 'rel' (run_a, run_b) came "
+        f"from {release}: refusing to remove them (another folder of the same name?); to remove them, add "
+        "--remove-release rel"
+    )
+    assert refusal([other], remove=["rel"]) is None
+    # The same folder through a link, and the release moved whole: a run deleted from it leaves as usual.
+    link = tmp_path / "d" / "rel"
+    link.parent.mkdir()
+    link.symlink_to(release)
+    (release / "run_b").rename(tmp_path / "run_b_moved")
+    assert refusal([link]) is None
+    moved = tmp_path / "c" / "rel"
+    moved.parent.mkdir()
+    release.rename(moved)
+    assert refusal([moved]) is None
+
+
 def test_a_warehouse_inside_a_release_is_not_a_run(tmp_path, release):
     (release / "wh" / "lake").mkdir(parents=True)
     runs, entries, _ = find_run_folders([release], warehouse=release / "wh")
