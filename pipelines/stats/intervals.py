@@ -17,6 +17,7 @@ A run's per-epoch mean rewards y_t are modelled as a smooth trend plus an AR(1) 
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 
@@ -85,37 +86,71 @@ REML_PHIS = (0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.84, 0.87, 0.9, 0.92, 0.94, 0.
 REML_NOISE_RATIOS = (0.0, 0.03, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 4.0, 8.0, 20.0)
 
 
+def reml_max_phi(size: int) -> float:
+    """The largest φ fitted to `size` epochs: the one whose correlation time (1 + φ)/(1 − φ) is half the fit. A
+    slower drift cannot be told from the trend over those epochs, and letting the fit reach it piles estimates up at
+    the grid's edge, where the window variance is several times too wide."""
+    return (size - 2) / (size + 2)
+
+
+def reml_grid(size: int, max_phi: float | None = None) -> list[tuple[float, float]]:
+    """The (φ, noise ratio) points fitted to `size` epochs (white noise alone is one point: its ratio is not
+    identified)."""
+    top = reml_max_phi(size) if max_phi is None else max_phi
+    return [(phi, ratio) for phi in REML_PHIS if phi <= top for ratio in REML_NOISE_RATIOS if phi > 0 or ratio == 0]
+
+
+@functools.lru_cache(maxsize=256)
+def _reml_projection(epochs: tuple[float, ...], phi: float, noise_ratio: float) -> tuple[np.ndarray, float]:
+    """For errors of covariance σ²(φ^|i−j| + noise_ratio·I) over the values in order: the matrix taking values to
+    their whitened residuals around the generalised least-squares quadratic trend, and log|Σ/σ²| + log|X'(Σ/σ²)⁻¹X|.
+    Cached: the study fits many runs on the same epochs."""
+    steps = np.arange(len(epochs))
+    epochs_array = np.asarray(epochs)
+    design = np.vander((epochs_array - epochs_array.mean()) / (epochs_array.std() or 1), TREND_DEGREE + 1)
+    chol = np.linalg.cholesky(phi ** np.abs(np.subtract.outer(steps, steps)) + noise_ratio * np.eye(len(epochs)))
+    whitening = np.linalg.inv(chol)
+    basis, upper = np.linalg.qr(whitening @ design)
+    log_det = 2 * np.log(np.diag(chol)).sum() + 2 * np.log(np.abs(np.diag(upper))).sum()
+    return whitening - basis @ (basis.T @ whitening), log_det
+
+
+def reml_terms(values: np.ndarray, epochs: np.ndarray, grid: list[tuple[float, float]]):
+    """Per grid point (rows of the result) and run (columns): the residual sum of squares y'Py of the values around
+    the generalised least-squares trend, in units of σ²; and per grid point log|Σ/σ²| + log|X'(Σ/σ²)⁻¹X|."""
+    key = tuple(np.asarray(epochs, dtype=float))
+    projections = [_reml_projection(key, phi, ratio) for phi, ratio in grid]
+    squares = np.stack([((projection @ values.T) ** 2).sum(axis=0) for projection, _ in projections])
+    return squares, np.array([log_det for _, log_det in projections])
+
+
 def reml_log_likelihood(values: np.ndarray, epochs: np.ndarray, phi: float, noise_ratio: float):
     """Per row, the restricted log-likelihood (up to a constant) of a quadratic trend in the epoch plus errors of
     covariance σ²(φ^|i−j| + noise_ratio·I) over the values in order, σ² profiled out; also σ²'s estimate."""
-    size = values.shape[1]
-    steps = np.arange(size)
-    design = np.vander((epochs - epochs.mean()) / (epochs.std() or 1), TREND_DEGREE + 1)
-    chol = np.linalg.cholesky(phi ** np.abs(np.subtract.outer(steps, steps)) + noise_ratio * np.eye(size))
-    whitened_design = np.linalg.solve(chol, design)
-    whitened = np.linalg.solve(chol, values.T)
-    basis, upper = np.linalg.qr(whitened_design)
+    squares, log_dets = reml_terms(values, epochs, [(phi, noise_ratio)])
+    residual_df = values.shape[1] - TREND_DEGREE - 1
+    scale = squares[0] / residual_df
+    return -0.5 * (residual_df * np.log(scale) + log_dets[0]), scale
+
+
+def reml_best(squares: np.ndarray, log_dets: np.ndarray, grid: list[tuple[float, float]], size: int, window: int):
+    """Per run, from reml_terms over `size` values: the grid point of highest restricted likelihood (σ² profiled
+    out; the first of equals), its φ and the window mean's variance."""
     residual_df = size - TREND_DEGREE - 1
-    scale = ((whitened - basis @ (basis.T @ whitened)) ** 2).sum(axis=0) / residual_df
-    log_det = 2 * np.log(np.diag(chol)).sum() + 2 * np.log(np.abs(np.diag(upper))).sum()
-    return -0.5 * (residual_df * np.log(scale) + log_det), scale
+    scales = squares / residual_df
+    with np.errstate(divide="ignore"):  # a constant curve: every point is equally likely, the first is taken
+        best = (-0.5 * (residual_df * np.log(scales) + log_dets[:, None])).argmax(axis=0)
+    phis, ratios = (np.array(column)[best] for column in zip(*grid, strict=True))
+    scale = scales[best, np.arange(squares.shape[1])]
+    return {"phi": phis, "variance": window_variance(scale, phis, scale * ratios, window)}
 
 
-def reml_fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.ndarray]:
-    """Per row: the grid point of highest restricted likelihood, its φ and the window mean's variance."""
-    best = np.full(len(values), -np.inf)
-    phi = np.zeros(len(values))
-    variance = np.zeros(len(values))
-    for grid_phi in REML_PHIS:
-        for ratio in REML_NOISE_RATIOS:
-            if grid_phi == 0 and ratio > 0:
-                continue  # white noise alone: the ratio is not identified
-            log_likelihood, scale = reml_log_likelihood(values, epochs, grid_phi, ratio)
-            better = log_likelihood > best
-            best = np.where(better, log_likelihood, best)
-            phi = np.where(better, grid_phi, phi)
-            variance = np.where(better, window_variance(scale, grid_phi, scale * ratio, window), variance)
-    return {"phi": phi, "variance": variance}
+def reml_fit(values: np.ndarray, epochs: np.ndarray, window: int, max_phi: float | None = None) -> dict:
+    """Per row: the grid point of highest restricted likelihood (φ up to reml_max_phi of the fit's size, or
+    max_phi), its φ and the window mean's variance."""
+    grid = reml_grid(values.shape[1], max_phi)
+    squares, log_dets = reml_terms(values, epochs, grid)
+    return reml_best(squares, log_dets, grid, values.shape[1], window)
 
 
 def t_quantile(p: float, df) -> np.ndarray:

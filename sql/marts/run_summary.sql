@@ -266,7 +266,9 @@ reml_filters as (
             }
         ) as filtered
     from reml_series
-    cross join reml_grid
+    -- φ up to the drift whose correlation time (1 + φ)/(1 − φ) is half the fit: a slower one cannot be told from the
+    -- trend, and letting the fit reach it piles estimates up at the grid's edge, several times too wide
+    inner join reml_grid on reml_grid.phi <= (reml_series.fit_size - 2) / (reml_series.fit_size + 2)
     where reml_series.fit_size >= 5
 ),
 
