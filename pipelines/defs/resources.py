@@ -71,12 +71,12 @@ class WarehouseConfig(dg.ConfigurableResource):
     bootstrap_reps: int = 2000
     bootstrap_seed: int = 20260101
     ci_level: float = 0.95
-    # How intervals are computed (docs/statistics.md): "ar1" holds on autocorrelated curves; "reml" fits the same
-    # model by its exact restricted likelihood, which holds at slower drift too at a cost in power when sampling
-    # noise dominates; "iid" is the plain bootstrap of the window's epochs, too narrow on them, kept to reproduce
-    # earlier numbers.
-    ci_method: Literal["ar1", "reml", "iid"] = "ar1"
-    ci_fit_epochs: int = 200  # the epochs up to the horizon the ar1 model is fitted to
+    # How intervals are computed (docs/statistics.md): "reml" fits a trend + AR(1) drift + noise model by its exact
+    # restricted likelihood and holds on autocorrelated curves up to slow drift; "ar1" fits the same model by
+    # moments, with more power but too many false claims at slow drift; "iid" is the plain bootstrap of the
+    # window's epochs, too narrow on them, kept to reproduce earlier numbers.
+    ci_method: Literal["ar1", "reml", "iid"] = "reml"
+    ci_fit_epochs: int = 200  # the epochs up to the horizon the reml and ar1 models are fitted to
     breakdown_window: int = 50
     snapshot_model_prefix: str = "claude-haiku-4-5-20251001-"
     # Data checks: slack allowed in group advantage normalisation (group_metrics) and between the reported and

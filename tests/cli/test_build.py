@@ -133,7 +133,7 @@ def test_parameters_given_on_the_command_line_reach_the_models_of_that_build_onl
     ]
 
     assert build([release], wh) == 0  # the defaults again: nothing given is remembered
-    assert query(wh, "select ci_method from ablation_contrasts") == [("ar1",)]
+    assert query(wh, "select ci_method from ablation_contrasts") == [("reml",)]
     assert query(wh, "select count(*) from bootstrap_means") == [(0,)]
     assert query(wh, "select run_id, min(epoch), max(epoch) from matched_window_values group by 1 order by 1") == [
         ("run_a", 0, 5),

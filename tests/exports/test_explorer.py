@@ -129,7 +129,7 @@ def test_interval_columns_are_carried_when_the_warehouse_has_them(tables):
     assert (payload["runs"][1]["matched_ci_low"], payload["runs"][1]["matched_ci_high"]) == (0.41, 0.59)
     assert payload["runs"][2]["matched_ci_low"] is None  # no interval: null, and the column still said
     assert {k: payload["contrasts"][2][k] for k in ("ci_method", "unit", "resolved")} == {
-        "ci_method": "ar1",
+        "ci_method": "reml",
         "unit": "epochs of one run",
         "resolved": False,
     }

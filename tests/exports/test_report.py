@@ -101,7 +101,7 @@ def test_headline_names_the_winner_and_turns_its_contrast_round(report):
     # The table row is r_mid − r_long = −0.2004 [−0.35, −0.05], P = 0.2; the winner's view is its mirror image.
     assert headline_numbers(text) == [0.200, 0.050, 0.350, 0.800]
     assert "excludes zero: the lead is resolved at 95%" in text
-    assert "95% interval (`ar1`" in text
+    assert "95% interval (`reml`" in text
     # one run per arm: the report says whose claim it is, and what would make it one about configurations
     assert "about these two runs, not about their configurations" in text and "seeds" in text
 

@@ -9,10 +9,12 @@ from mart_fixture import build_marts, create_staging, epoch, rows
 from scipy import stats as scipy_stats
 from statsmodels.tsa.stattools import acovf
 
+from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import FUNCTIONS_SQL
 from pipelines.stats import intervals, study
 
 WINDOW = 50
+DEFAULT_METHOD = WarehouseConfig.model_fields["ci_method"].default
 
 
 def build(curves: np.ndarray, params: dict, ablation_size: int = 2) -> duckdb.DuckDBPyConnection:
@@ -33,12 +35,18 @@ def null_curves() -> np.ndarray:
     return ar1_curves(seed=11, runs=80, epochs=200, phi=0.9, trend=True)
 
 
-def test_null_intervals_exclude_zero_rarely_with_ar1_and_often_with_iid(null_curves):
-    ar1 = build(null_curves, {"ci_method": "ar1"})
+def test_null_intervals_exclude_zero_rarely_with_the_default_method_and_often_with_iid(null_curves):
+    default = build(null_curves, {"ci_method": DEFAULT_METHOD})
     iid = build(null_curves, {"ci_method": "iid"})
-    assert ar1.execute("select count(*), count(ci_low) from ablation_contrasts").fetchone() == (40, 40)
+    assert default.execute(
+        "select count(*), count(ci_low), any_value(ci_method) from ablation_contrasts"
+    ).fetchone() == (
+        40,
+        40,
+        DEFAULT_METHOD,
+    )
     # A 95% interval should exclude zero in about 5% of null pairs; at most 10% (4 of 40) is the bar.
-    assert share_excluding_zero(ar1) <= 0.10
+    assert share_excluding_zero(default) <= 0.10
     # The plain bootstrap treats 50 drifting epochs as independent: it fails the same bar several times over.
     assert share_excluding_zero(iid) > 0.30
 
@@ -49,7 +57,10 @@ def test_sql_reml_equals_the_numpy_computation():
     con = build(curves, {"ci_method": "reml", "final_window": 20})
     got = rows(con, "select * from run_summary order by run_id")
     fitted = intervals.reml_fit(curves, np.arange(60.0), 20)
-    assert sorted(set(fitted["phi"])) == [0.5, 0.87, 0.95, 0.995]
+    assert sorted(set(fitted["phi"])) == [0.5, 0.87, 0.92]
+    # 60 epochs fit φ up to (60 − 2)/(60 + 2) = 0.935, i.e. 0.92 on the grid, where two runs stop short of the φ
+    # (0.95, 0.995) their likelihood would reach without that top
+    assert list(intervals.reml_fit(curves, np.arange(60.0), 20, max_phi=0.995)["phi"]) == [0.87, 0.95, 0.995, 0.5]
     assert [r["matched_ar_coefficient"] for r in got] == list(fitted["phi"])
     assert [r["matched_std_error"] ** 2 for r in got] == pytest.approx(fitted["variance"], rel=1e-9)
     # a variance taken as known: a normal quantile, no degrees of freedom
@@ -289,13 +300,15 @@ def test_two_flat_windows_have_no_interval_and_resolve_nothing(ci_method):
     assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"]) == (0.25, None, None, False)
 
 
-def test_study_pooled_phi_of_a_run_with_itself_is_that_runs_own_fit():
-    # Pooling a run's autocovariances with its own leaves them as they are: φ, and so each variance, are ar1's.
-    runs = study.simulate(np.random.default_rng(7), 5, 150, 0.8, True)
-    (variance, df), _ = study.pooled_phi_variances(runs, runs, WINDOW)
-    expected_variance, expected_df = study.ar1_variance(runs, WINDOW)
-    assert variance == pytest.approx(expected_variance, rel=1e-12)
-    assert df == pytest.approx(expected_df, rel=1e-12)
+def test_study_reml_picks_from_the_whole_grid_what_the_warehouse_fit_does():
+    # The study fits every grid point once per run and picks the capped and the uncapped fit from them: each must be
+    # the fit intervals.reml_fit makes over its own grid.
+    runs = study.simulate(np.random.default_rng(7), 6, 80, 0.95, True)
+    epochs = np.arange(80.0)
+    capped, uncapped = intervals.reml_fit(runs.values, epochs, 30), intervals.reml_fit(runs.values, epochs, 30, 0.995)
+    assert capped["phi"].max() <= 78 / 82 < uncapped["phi"].max()  # the cap is reached, so the two differ
+    assert study.reml_variance(runs, 30)[0] == pytest.approx(capped["variance"], rel=1e-12)
+    assert study.reml_uncapped_variance(runs, 30)[0] == pytest.approx(uncapped["variance"], rel=1e-12)
 
 
 def test_an_interval_that_is_not_finite_resolves_nothing():
