@@ -204,19 +204,36 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
+@dataclass(frozen=True)
+class Page:
+    """One explorer page before it is rendered: its title and its data, as the JSON its script element holds."""
+
+    title: str
+    data: str  # _script_json of the page's payload
+
+    def digest(self) -> str:
+        """A digest of what the page holds besides the charting library and the explorer's own assets (which the
+        exports' code version covers): the same digest, the same bytes."""
+        return hashlib.sha256(self.title.encode() + b"\0" + self.data.encode()).hexdigest()[:16]
+
+    def render(self, library: str) -> bytes:
+        """The whole page: the charting library (vega_bundle()), the explorer's style and script, the data; nothing
+        fetched."""
+        library = library.replace("</script", "<\\/script")
+        return (
+            '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{html.escape(self.title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
+            f"<script>\n{library}\n</script>\n</head>\n<body>\n"
+            '<div id="explorer">Loading… (this page needs JavaScript)</div>\n'
+            f'<script type="application/json" id="explorer-data">{self.data}</script>\n'
+            f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
+        ).encode()
+
+
 def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
-    """A whole page: the charting library (vega_bundle()), the explorer's style and script, the data; nothing
-    fetched."""
-    library = (library or vega_bundle()).replace("</script", "<\\/script")
-    return (
-        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
-        f"<script>\n{library}\n</script>\n</head>\n<body>\n"
-        '<div id="explorer">Loading… (this page needs JavaScript)</div>\n'
-        f'<script type="application/json" id="explorer-data">{_script_json(payload)}</script>\n'
-        f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
-    ).encode()
+    """A whole page of the given title and data (Page.render); library: vega_bundle() when not given."""
+    return Page(title, _script_json(payload)).render(library or vega_bundle())
 
 
 def _overview(payload: dict, page: str) -> dict:
@@ -249,30 +266,29 @@ def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables
     }
 
 
-def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: str | None = None) -> dict[str, bytes]:
-    """File name (relative to the explorer folder) -> bytes: index.html, plus ablations/<name>.html when many.
-
-    library: the charting library's script (vega_bundle() when not given).
-    """
-    library = library or vega_bundle()
+def explorer_contents(tables: ExplorerTables, settings: ExplorerSettings) -> dict[str, Page]:
+    """File name (relative to the explorer folder) -> page: index.html, plus ablations/<name>.html when many."""
     common = {"settings": asdict(settings), "library": library_versions()}
     ablations = ordered_ablations(tables.runs)
     split = split_by_ablation(tables)
     payloads = {ablation: ablation_payload(ablation, split[ablation]) for ablation in ablations}
     if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
-        return {INDEX: render_page("GRPO run explorer", {**common, "ablations": list(payloads.values())}, library)}
+        return {INDEX: Page("GRPO run explorer", _script_json({**common, "ablations": list(payloads.values())}))}
     names = page_names(ablations)
-    files = {
-        INDEX: render_page(
-            "GRPO run explorer",
-            {**common, "ablations": [], "overview": [_overview(payloads[a], names[a]) for a in ablations]},
-            library,
-        )
-    }
+    overview = [_overview(payloads[a], names[a]) for a in ablations]
+    pages = {INDEX: Page("GRPO run explorer", _script_json({**common, "ablations": [], "overview": overview}))}
     for ablation, payload in payloads.items():
-        files[names[ablation]] = render_page(
+        pages[names[ablation]] = Page(
             f"{ablation or 'unassigned'} · GRPO run explorer",
-            {**common, "ablations": [payload], "index": f"../{INDEX}"},
-            library,
+            _script_json({**common, "ablations": [payload], "index": f"../{INDEX}"}),
         )
-    return files
+    return pages
+
+
+def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: str | None = None) -> dict[str, bytes]:
+    """File name (relative to the explorer folder) -> bytes of every page (explorer_contents, rendered).
+
+    library: the charting library's script (vega_bundle() when not given).
+    """
+    library = library or vega_bundle()
+    return {name: page.render(library) for name, page in explorer_contents(tables, settings).items()}

@@ -8,12 +8,13 @@ from html.parser import HTMLParser
 import dagster as dg
 import polars as pl
 import pytest
-from test_export_assets import build_tables, write_build_db
+from test_export_assets import build_tables, record_fingerprints, write_build_db
 
 from pipelines.defs.exports.assets import run_explorer
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports.explorer import (
     MAX_ABLATIONS_ON_INDEX,
+    Page,
     ExplorerSettings,
     ExplorerTables,
     ablation_payload,
@@ -243,3 +244,33 @@ def test_the_asset_writes_only_changed_pages_and_removes_stale_ones(tmp_path, ta
     materialize(tmp_path)
     assert [p.relative_to(folder).as_posix() for p in folder.rglob("*.html")] == ["index.html"]
     assert [a["name"] for a in page_data((folder / "index.html").read_bytes())["ablations"]] == ["abl", "other"]
+
+
+def test_a_change_to_one_runs_epochs_renders_its_ablations_page_alone(tmp_path, tables, monkeypatch):
+    built = explorer_build_tables(many_ablations(tables))
+    write_build_db(tmp_path / "kept", built)
+    record_fingerprints(tmp_path / "kept", {name: "before" for name in built})
+    materialize(tmp_path / "kept")
+    one_run_changed = {
+        **built,
+        "epoch_metrics": built["epoch_metrics"].with_columns(
+            mean_reward=pl.when(pl.col("run_id") == "r_short")
+            .then(pl.col("mean_reward") + 0.5)
+            .otherwise(pl.col("mean_reward"))
+        ),
+    }
+    write_build_db(tmp_path / "kept", one_run_changed)
+    record_fingerprints(tmp_path / "kept", {name: "after" for name in built})
+    rendered, render = [], Page.render
+    monkeypatch.setattr(Page, "render", lambda page, library: rendered.append(page.title) or render(page, library))
+    result = materialize(tmp_path / "kept")
+    # r_short's ablation; not the index, which lists the runs' summaries, not their epochs
+    assert rendered == ["third · GRPO run explorer"]
+    assert result.get_asset_materialization_events()[0].materialization.metadata["grpo/rewritten"].value == 1
+
+    write_build_db(tmp_path / "fresh", one_run_changed)
+    materialize(tmp_path / "fresh")
+    kept, fresh = (tmp_path / name / "exports" / "explorer" for name in ("kept", "fresh"))
+    pages = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*.html"))
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*.html")) == pages and len(pages) == 6
+    assert all((kept / page).read_bytes() == (fresh / page).read_bytes() for page in pages)

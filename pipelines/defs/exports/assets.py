@@ -21,7 +21,8 @@ from pipelines.exports import state as state_module
 from pipelines.exports.explorer import (
     ExplorerSettings,
     ExplorerTables,
-    explorer_pages,
+    Page,
+    explorer_contents,
     library_versions,
     vega_bundle,
 )
@@ -369,6 +370,33 @@ def explorer_metadata(folder: Path, pages: list[str], size: int, rewritten: int)
     }
 
 
+def page_digests(pages: dict[str, Page], library: str) -> dict[str, tuple[Page, str]]:
+    """Each page with a digest of everything its bytes are made of: its title and data, the charting library, and
+    the exports' code (the explorer's style and script included)."""
+    made_with = hashlib.sha256(library.encode() + CODE_VERSION.encode()).hexdigest()
+    return {
+        name: (page, hashlib.sha256(f"{page.digest()}:{made_with}".encode()).hexdigest()[:16])
+        for name, page in pages.items()
+    }
+
+
+def write_explorer_pages(
+    folder: Path, pages: dict[str, tuple[Page, str]], before: dict[str, list], library: str
+) -> list[str]:
+    """Renders and writes the pages whose digest differs from the one recorded when they were last written, or whose
+    file is gone or another size; returns the pages rewritten. At 100x a page is about a megabyte, nearly all of it
+    the charting library: a change to one run renders its ablation's page and the index, not all 201."""
+    written = []
+    for name, (page, page_digest) in pages.items():
+        path = folder / name
+        recorded_digest, recorded_size = before.get(name, (None, None))
+        if recorded_digest == page_digest and path.is_file() and path.stat().st_size == recorded_size:
+            continue
+        if write_if_changed(path, page.render(library)):
+            written.append(name)
+    return written
+
+
 @dg.asset(
     deps=[dg.AssetKey(name) for name in EXPLORER_INPUTS],
     group_name=GROUP,
@@ -402,24 +430,35 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         },
         EXPLORER_INPUTS,
     )
-    pages = explorer_pages(ExplorerTables(**tables), settings, vega_bundle(build_dir(warehouse.warehouse) / EXPLORER))
-    written = [page for page, content in pages.items() if write_if_changed(folder / page, content)]
+    library = vega_bundle(build_dir(warehouse.warehouse) / EXPLORER)
+    pages = page_digests(explorer_contents(ExplorerTables(**tables), settings), library)
+    before = recorded_metadata(exports, name).get("page_digests", {})
+    written = write_explorer_pages(folder, pages, before, library)
     stale = [path for path in folder.rglob("*.html") if path.relative_to(folder).as_posix() not in pages]
     for path in stale:
         path.unlink()
-    size = sum(len(content) for content in pages.values())
+    sizes = {page: (folder / page).stat().st_size for page in pages}
+    size = sum(sizes.values())
     context.log.info(
         f"{len(pages)} explorer page(s), {size / 1e6:.1f} MB, {len(written)} rewritten, "
         f"{len(stale)} stale removed: {folder / explorer_module.INDEX}"
     )
-    version = content_version(pages)
+    version = dg.DataVersion(
+        hashlib.sha256(
+            json.dumps({page: page_digest for page, (_, page_digest) in pages.items()}, sort_keys=True).encode()
+        ).hexdigest()[:16]
+    )
     record(
         exports,
         name,
         export_fingerprint(inputs, params, CODE_VERSION),
         [f"{EXPLORER}/{page}" for page in pages],
         version.value,
-        {"pages": sorted(pages), "bytes": size},
+        {
+            "pages": sorted(pages),
+            "bytes": size,
+            "page_digests": {page: [page_digest, sizes[page]] for page, (_, page_digest) in pages.items()},
+        },
     )
     return dg.MaterializeResult(
         metadata=explorer_metadata(folder, list(pages), size, len(written)), data_version=version
