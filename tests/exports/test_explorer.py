@@ -14,9 +14,9 @@ from pipelines.defs.exports.assets import run_explorer
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports.explorer import (
     MAX_ABLATIONS_ON_INDEX,
-    Page,
     ExplorerSettings,
     ExplorerTables,
+    Page,
     ablation_payload,
     explorer_pages,
     render_page,

@@ -68,6 +68,14 @@ EXPLORER_INPUTS = (
     "snapshots",
     "reward_breakdowns",
 )
+EXPLORER_QUERIES = {
+    "runs": RUNS_SQL,
+    "epochs": EXPLORER_EPOCHS_SQL,
+    "summary": "select * from run_summary order by run_id",
+    "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
+    "snapshots": "select * from snapshots order by run_id",
+    "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
+}
 PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the event log
 
 
@@ -418,18 +426,7 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
     if entry:
         meta = entry["metadata"]
         return kept_result(context, entry, explorer_metadata(folder, meta["pages"], meta["bytes"], 0))
-    tables, inputs = read_tables(
-        warehouse,
-        {
-            "runs": RUNS_SQL,
-            "epochs": EXPLORER_EPOCHS_SQL,
-            "summary": "select * from run_summary order by run_id",
-            "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
-            "snapshots": "select * from snapshots order by run_id",
-            "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
-        },
-        EXPLORER_INPUTS,
-    )
+    tables, inputs = read_tables(warehouse, EXPLORER_QUERIES, EXPLORER_INPUTS)
     library = vega_bundle(build_dir(warehouse.warehouse) / EXPLORER)
     pages = page_digests(explorer_contents(ExplorerTables(**tables), settings), library)
     before = recorded_metadata(exports, name).get("page_digests", {})
@@ -443,11 +440,8 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         f"{len(pages)} explorer page(s), {size / 1e6:.1f} MB, {len(written)} rewritten, "
         f"{len(stale)} stale removed: {folder / explorer_module.INDEX}"
     )
-    version = dg.DataVersion(
-        hashlib.sha256(
-            json.dumps({page: page_digest for page, (_, page_digest) in pages.items()}, sort_keys=True).encode()
-        ).hexdigest()[:16]
-    )
+    digests = {page: page_digest for page, (_, page_digest) in pages.items()}
+    version = dg.DataVersion(hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:16])
     record(
         exports,
         name,
@@ -457,7 +451,7 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         {
             "pages": sorted(pages),
             "bytes": size,
-            "page_digests": {page: [page_digest, sizes[page]] for page, (_, page_digest) in pages.items()},
+            "page_digests": {page: [page_digest, sizes[page]] for page, page_digest in digests.items()},
         },
     )
     return dg.MaterializeResult(
