@@ -23,6 +23,7 @@ def configure(
     warehouse: str | None = None,
     remove_releases: list[str] | None = None,
     parameters: list[str] | None = None,
+    lake: str | None = None,
 ):
     """The one configuration of a build: the given values (None: not given; parameters as NAME=VALUE texts), the
     environment for the rest, every value checked before any work starts (BuildError naming the first bad one)."""
@@ -35,6 +36,7 @@ def configure(
             releases=[release_location(r) for r in releases] or None,
             registries=[str(Path(registry).absolute())] if registry else None,
             warehouse_dir=str(Path(warehouse).absolute()) if warehouse else None,
+            lake_dir=release_location(lake) if lake else None,
             workers=workers,
             remove_releases=remove_releases or None,
             **_parameters(parameters or []),
@@ -93,7 +95,6 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     from pipelines.definitions import build_definitions
     from pipelines.defs.ingest.partitions import partition_key
     from pipelines.removals import removal_refusal
-    from pipelines.warehouse_db import lake_dir
 
     started = time.perf_counter()
     if not config.releases:
@@ -102,7 +103,7 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     runs, _, problems = config.find_runs()
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
-    lake = lake_dir(config.warehouse)
+    lake = config.lake
     if refusal := removal_refusal(roots, runs, lake, config.remove_releases):
         raise BuildError(refusal)
     # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipelines.build import BuildError, build_warehouse, configure
 from pipelines.release.discover import LAYOUTS
-from pipelines.settings import DEFAULT_WAREHOUSE, ENV_WAREHOUSE, published_path, warehouse_dir
+from pipelines.settings import DEFAULT_WAREHOUSE, ENV_LAKE, ENV_WAREHOUSE, published_path, warehouse_dir
 
 
 class CommandError(Exception):
@@ -45,6 +45,12 @@ def parser() -> argparse.ArgumentParser:
         help="a release folder of run folders; repeat for several (default: the bundled sample release)",
     )
     build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
+    build.add_argument(
+        "--lake",
+        metavar="DIR",
+        help=f"where the Parquet lake is: a folder or a bucket prefix s3://bucket/prefix (default: ${ENV_LAKE} or "
+        "the warehouse's lake folder)",
+    )
     build.add_argument(
         "--workers",
         type=int,
@@ -213,7 +219,9 @@ def run_bench(args) -> int:
 def run_build(args) -> int:
     if not args.wait >= 0:  # also refuses NaN
         raise CommandError(f"--wait must be 0 or more seconds, not {args.wait}")
-    config = configure(args.release, args.registry, args.workers, args.warehouse, args.remove_release, args.param)
+    config = configure(
+        args.release, args.registry, args.workers, args.warehouse, args.remove_release, args.param, args.lake
+    )
     not_loading = build_warehouse(config, args.full_scan, args.wait)
     if args.strict and not_loading:
         print(f"grpo-warehouse build: --strict: {'; '.join(not_loading)}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import multiprocessing
 import os
 import re
@@ -16,8 +17,18 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pyarrow.parquet as pq
 from filelock import FileLock
 
+from pipelines.lake_store import (
+    LakePath,
+    exists,
+    in_bucket,
+    lake_root,
+    lock_folder,
+    object_stamps,
+    write_bytes_atomically,
+)
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
 from pipelines.release.discover import (
     DOCUMENT_ORDER,
@@ -91,33 +102,36 @@ def run_key(run_id: str) -> str:
     return f"{slug or 'run'}-{hashlib.sha256(run_id.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
 
 
-def partition_file(lake: Path, table: str, run_id: str) -> Path:
-    return Path(lake) / table / run_key(run_id) / "data.parquet"
+def partition_file(lake: LakePath, table: str, run_id: str) -> LakePath:
+    return lake_root(lake) / table / run_key(run_id) / "data.parquet"
 
 
-def manifest_file(lake: Path, run_id: str) -> Path:
-    return Path(lake) / "manifests" / f"{run_key(run_id)}.json"
+def manifest_file(lake: LakePath, run_id: str) -> LakePath:
+    return lake_root(lake) / "manifests" / f"{run_key(run_id)}.json"
 
 
-def stamps_file(lake: Path, run_id: str) -> Path:
+def stamps_file(lake: LakePath, run_id: str) -> LakePath:
     """A quiet run's folder stamps (see unchanged_by_stamps): a file of its own, a fraction of the manifest's size."""
-    return Path(lake) / "stamps" / f"{run_key(run_id)}.json"
+    return lake_root(lake) / "stamps" / f"{run_key(run_id)}.json"
 
 
-def _run_id_file(lake: Path, run_id: str) -> Path:
-    return Path(lake) / RUN_IDS / run_key(run_id)
+def _run_id_file(lake: LakePath, run_id: str) -> LakePath:
+    return lake_root(lake) / RUN_IDS / run_key(run_id)
 
 
 _RUN_IDS_SEEN: dict[str, tuple[tuple[int, int], dict[str, str]]] = {}
 
 
-def lake_runs(lake: Path) -> dict[str, str]:
+def lake_runs(lake: LakePath) -> dict[str, str]:
     """Every run the lake holds files of: run id -> its key (run_key), in run id order.
 
     Read from lake/run_ids, one small file per run written before the run's first partition and removed after its
     last. A key's run id never changes, so the mapping is read again only when the folder's entries change.
     """
-    folder = Path(lake) / RUN_IDS
+    lake = lake_root(lake)
+    if in_bucket(lake):
+        return _object_lake_runs(lake)
+    folder = lake / RUN_IDS
     try:
         st = folder.stat()
     except FileNotFoundError:
@@ -140,50 +154,96 @@ def lake_runs(lake: Path) -> dict[str, str]:
     return dict(runs)
 
 
-def lake_files(lake: Path, table: str) -> list[Path]:
+# A bucket's run ids by lake and key: a key's run id never changes, so each is fetched once per process.
+_OBJECT_RUN_IDS: dict[str, dict[str, str]] = {}
+
+
+def _object_lake_runs(lake: LakePath) -> dict[str, str]:
+    """lake_runs of a lake in a bucket: one listing of lake/run_ids, and a GET of each key not seen before."""
+    folder = lake / RUN_IDS
+    try:
+        keys = [name.rpartition("/")[2] for name in folder.fs.ls(folder.path, detail=False)]
+    except FileNotFoundError:
+        return {}
+    known = _OBJECT_RUN_IDS.setdefault(str(lake), {})
+    new = [key for key in keys if key not in known and not key.startswith(".")]
+    if new:
+        fetched = folder.fs.cat([f"{folder.path}/{key}" for key in new], on_error="omit")  # removed since: left out
+        for name, data in fetched.items():
+            known[name.rpartition("/")[2]] = data.decode("utf-8", "surrogateescape")
+    return dict(sorted((known[key], key) for key in keys if key in known))
+
+
+def table_stamps(lake: LakePath, table: str) -> dict[str, str]:
+    """The stamp (lake_store.file_stamp) of each run's partition of a per-run lake table (RUN_TABLES), by run id, in
+    run id order; runs without one are absent. In a bucket, from one listing of the table's prefix."""
+    lake = lake_root(lake)
+    runs = lake_runs(lake)
+    if in_bucket(lake):
+        listed = object_stamps(lake / table)
+        stamps = ((run_id, listed.get(str(lake / table / key / "data.parquet"))) for run_id, key in runs.items())
+        return {run_id: stamp for run_id, stamp in stamps if stamp is not None}
+    found = {}
+    for run_id, key in runs.items():
+        try:
+            status = os.stat(lake / table / key / "data.parquet")
+        except FileNotFoundError:
+            continue
+        found[run_id] = f"{status.st_size}:{status.st_mtime_ns}"
+    return found
+
+
+def lake_files(lake: LakePath, table: str) -> list[LakePath]:
     """The Parquet files of one per-run lake table (RUN_TABLES), one per run that has one, in run id order: a list
     of the lake's own paths, never a pattern."""
-    files = (Path(lake) / table / key / "data.parquet" for key in lake_runs(lake).values())
+    lake = lake_root(lake)
+    if in_bucket(lake):
+        return [partition_file(lake, table, run_id) for run_id in table_stamps(lake, table)]
+    files = (lake / table / key / "data.parquet" for key in lake_runs(lake).values())
     return [path for path in files if path.exists()]
 
 
-def run_lock(lake: Path, run_id: str) -> FileLock:
+def run_lock(lake: LakePath, run_id: str) -> FileLock:
     """The lock a run's lake files are written under: two ingests of one run take turns, of two runs run at once."""
-    (Path(lake) / ".locks").mkdir(parents=True, exist_ok=True)
-    return FileLock(Path(lake) / ".locks" / f"{run_key(run_id)}.lock")
+    folder = lock_folder(lake_root(lake))
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(folder / f"{run_key(run_id)}.lock")
 
 
-def register_run(lake: Path, run_id: str) -> None:
+def register_run(lake: LakePath, run_id: str) -> None:
     """Records the run id behind its key, before any file of the run is written under that key."""
     path = _run_id_file(lake, run_id)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(run_id.encode("utf-8", "surrogateescape"))
-        os.replace(tmp, path)
+        write_bytes_atomically(run_id.encode("utf-8", "surrogateescape"), path)
 
 
-def read_parquet(path: Path) -> pl.DataFrame:
+def read_parquet(path: LakePath) -> pl.DataFrame:
     """A Parquet file read by its exact path: polars otherwise takes `*`, `?` and `[` in a path as a pattern, and
-    `key=value` folders as columns."""
+    `key=value` folders as columns. An object in a bucket is fetched whole, in one GET."""
+    if in_bucket(path):
+        return pl.read_parquet(io.BytesIO(path.read_bytes()))
     return pl.read_parquet(path, glob=False, hive_partitioning=False)
 
 
-def write_atomically(frame: pl.DataFrame, path: Path) -> None:
-    """Writes Parquet to a temporary name beside path, then renames it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_atomically(frame: pl.DataFrame, path: LakePath) -> None:
+    """Writes Parquet so that no reader sees a part of it: to a temporary name beside path, then renamed into place;
+    in a bucket, put whole (lake_store.write_bytes_atomically)."""
     # zstd level 1 rather than polars' default 3, and no column statistics (a run's partition is one row group,
     # read whole): a run's trajectories written in 8 ms instead of 17 ms, to a file of about the same size.
-    frame.write_parquet(tmp, statistics=False, compression="zstd", compression_level=1)
-    os.replace(tmp, path)
-
-
-def write_text_atomically(text: str, path: Path) -> None:
+    options = {"statistics": False, "compression": "zstd", "compression_level": 1}
+    if in_bucket(path):
+        buffer = io.BytesIO()
+        frame.write_parquet(buffer, **options)
+        write_bytes_atomically(buffer.getvalue(), path)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    frame.write_parquet(tmp, **options)
     os.replace(tmp, path)
+
+
+def write_text_atomically(text: str, path: LakePath) -> None:
+    write_bytes_atomically(text.encode(), path)
 
 
 @dataclass
@@ -211,7 +271,7 @@ class _Outcome:
     ctime_ns: int = 0
 
 
-def read_manifest(lake: Path, run_id: str) -> dict:
+def read_manifest(lake: LakePath, run_id: str) -> dict:
     """A run's manifest as the lake last wrote it; {} when there is none, or it is unreadable or of another format."""
     path = manifest_file(lake, run_id)
     try:
@@ -221,7 +281,7 @@ def read_manifest(lake: Path, run_id: str) -> dict:
     return manifest if isinstance(manifest, dict) and manifest.get("format") == LAKE_FORMAT else {}
 
 
-def _read_partition(lake: Path, table: str, run_id: str) -> pl.DataFrame | None:
+def _read_partition(lake: LakePath, table: str, run_id: str) -> pl.DataFrame | None:
     path = partition_file(lake, table, run_id)
     return read_parquet(path) if path.exists() else None
 
@@ -474,9 +534,9 @@ def _source_path(entry: SkippedEntry) -> str:
     return entry.source_path
 
 
-def _partitions_present(lake: Path, run_id: str) -> bool:
+def _partitions_present(lake: LakePath, run_id: str) -> bool:
     """Whether the partitions every ingest of a run writes (errors, files; a run may have no epochs) are there."""
-    return all(os.path.exists(partition_file(lake, table, run_id)) for table in ("errors", "files"))
+    return all(exists(partition_file(lake, table, run_id)) for table in ("errors", "files"))
 
 
 def _stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_seconds: int) -> dict | None:
@@ -501,7 +561,7 @@ def _stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_seco
     }
 
 
-def _read_stamps(lake: Path, run_id: str) -> dict | None:
+def _read_stamps(lake: LakePath, run_id: str) -> dict | None:
     try:
         record = orjson.loads(stamps_file(lake, run_id).read_bytes())
     except (OSError, ValueError):
@@ -511,7 +571,7 @@ def _read_stamps(lake: Path, run_id: str) -> dict | None:
     return None
 
 
-def _write_stamps(lake: Path, run_id: str, record: dict | None) -> None:
+def _write_stamps(lake: LakePath, run_id: str, record: dict | None) -> None:
     """Writes a run's stamps record, or removes it (None). Written after the manifest, removed before a rewrite."""
     if record is None:
         stamps_file(lake, run_id).unlink(missing_ok=True)
@@ -519,12 +579,12 @@ def _write_stamps(lake: Path, run_id: str, record: dict | None) -> None:
         write_text_atomically(orjson.dumps(record).decode(), stamps_file(lake, run_id))
 
 
-def unchanged_by_stamps(run: RunFolder, lake: Path) -> RunIngestResult | None:
+def unchanged_by_stamps(run: RunFolder, lake: LakePath) -> RunIngestResult | None:
     """The result of a run settled without listing it, from its folder stamps; None when it must be listed: it
     was not quiet when last listed, or a folder of it has changed since (a file added, removed or renamed; the
     folder replaced). A file rewritten in place, which changes no folder, is found by a full scan."""
     started = time.perf_counter()
-    lake = Path(lake)
+    lake = lake_root(lake)
     record = _read_stamps(lake, run.run_id)
     if record is None or record.get("release") != run.release:
         return None
@@ -550,7 +610,7 @@ class RunWork:
         return bool(self.changed or self.removed or self.inventory_changed)
 
 
-def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dict) -> RunWork:
+def _compare(listing: RunListing, lake: LakePath, max_file_bytes: int, previous: dict) -> RunWork:
     """A run's listing against its manifest (previous, as read_manifest returns it); stats only, parses nothing."""
     # The manifest's entries are compared as they were read: a no-change build does this for every file of every
     # run, and builds no object per file.
@@ -571,7 +631,7 @@ def _compare(listing: RunListing, lake: Path, max_file_bytes: int, previous: dic
     return RunWork(listing, changed, removed, inventory_changed, in_lake=bool(previous))
 
 
-def _settle_unchanged(listing: RunListing, lake: Path, previous: dict, quiet_seconds: int) -> int:
+def _settle_unchanged(listing: RunListing, lake: LakePath, previous: dict, quiet_seconds: int) -> int:
     """Records the stamps of a run found unchanged if it became quiet (or removes them if it became busy); returns
     its count of quarantined files. Called holding the run's lock."""
     run_id = listing.run.run_id
@@ -589,7 +649,7 @@ def _settle_unchanged(listing: RunListing, lake: Path, previous: dict, quiet_sec
 
 def ingest_run(
     listing: RunListing,
-    lake: Path,
+    lake: LakePath,
     max_file_bytes: int,
     only_if_unchanged: bool = False,
     quiet_seconds: int = DEFAULT_QUIET_SECONDS,
@@ -600,7 +660,7 @@ def ingest_run(
     """
     started = time.perf_counter()
     run_id = listing.run.run_id
-    lake = Path(lake)
+    lake = lake_root(lake)
     with run_lock(lake, run_id):
         previous = read_manifest(lake, run_id)
         work = _compare(listing, lake, max_file_bytes, previous)
@@ -633,7 +693,7 @@ class _Parsed:
     n_parsed: int
 
 
-def _parse_changes(work: RunWork, lake: Path, max_file_bytes: int, previous: dict) -> _Parsed:
+def _parse_changes(work: RunWork, lake: LakePath, max_file_bytes: int, previous: dict) -> _Parsed:
     """Parses a run's new and changed files and merges them with its stored rows. When a file was rewritten or
     removed, and the merged columns may not be those a first ingest would make (a key only it had, a type only it
     brought: _may_differ_from_a_fresh_parse), the run is parsed again whole, as a first ingest."""
@@ -727,7 +787,12 @@ def _parse_files(
 
 
 def _run_errors(
-    listing: RunListing, lake: Path, parsed: _Parsed, notes: list[str], epochs: pl.DataFrame, trajectories: pl.DataFrame
+    listing: RunListing,
+    lake: LakePath,
+    parsed: _Parsed,
+    notes: list[str],
+    epochs: pl.DataFrame,
+    trajectories: pl.DataFrame,
 ) -> pl.DataFrame:
     """The run's errors partition: the stored rows of files not parsed again, the parsed files' rows, and the
     inventory problems, type-drift notes and length mismatches, which are recomputed on every change."""
@@ -756,7 +821,7 @@ def _run_errors(
 
 def _write_run(
     listing: RunListing,
-    lake: Path,
+    lake: LakePath,
     outcomes: dict[str, _Outcome],
     epochs: pl.DataFrame,
     trajectories: pl.DataFrame,
@@ -941,7 +1006,7 @@ def _result(
     changed,
     parsed,
     quarantined: int,
-    lake: Path,
+    lake: LakePath,
     started: float,
     epochs: pl.DataFrame | None = None,
     trajectories: pl.DataFrame | None = None,
@@ -952,7 +1017,7 @@ def _result(
     def count(table: str, frame: pl.DataFrame | None) -> int:
         if frame is not None:
             return frame.height
-        return rows[table] if table in rows else _count_rows(partition_file(lake, table, run_id))
+        return rows[table] if table in rows else count_rows(partition_file(lake, table, run_id))
 
     n_epochs, n_traj = count("epochs", epochs), count("trajectories", trajectories)
     return RunIngestResult(
@@ -960,17 +1025,29 @@ def _result(
     )
 
 
-def _count_rows(path: Path) -> int:
-    if not path.exists():
+def count_rows(path: LakePath) -> int:
+    """A lake file's rows, from its Parquet footer; 0 when there is no file."""
+    if not exists(path):
         return 0
+    if in_bucket(path):
+        return pq.read_metadata(io.BytesIO(path.read_bytes())).num_rows
     return pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item()
 
 
-def remove_run(lake: Path, run_id: str) -> None:
+def parquet_schema(path: LakePath) -> pl.Schema:
+    """A lake file's columns and their types, from its Parquet footer."""
+    if in_bucket(path):
+        return pl.read_parquet_schema(io.BytesIO(path.read_bytes()))
+    return pl.scan_parquet(path, glob=False, hive_partitioning=False).collect_schema()
+
+
+def remove_run(lake: LakePath, run_id: str) -> None:
     """Drops a run that no longer exists in any release from every lake table."""
     stamps_file(lake, run_id).unlink(missing_ok=True)
     for table in RUN_TABLES:
         partition_file(lake, table, run_id).unlink(missing_ok=True)
+        if in_bucket(lake_root(lake)):
+            continue  # a bucket has no folders: a prefix is gone with its last key
         try:
             partition_file(lake, table, run_id).parent.rmdir()
         except OSError:
@@ -984,13 +1061,13 @@ def release_location(root: Path | str) -> str:
     return root if str(root).startswith(OBJECT_SCHEME) else os.path.realpath(root)
 
 
-def gone_runs(lake: Path, present) -> list[str]:
+def gone_runs(lake: LakePath, present) -> list[str]:
     """The runs the lake holds that are not among the present run ids."""
     return sorted(run_id for run_id in lake_runs(lake) if run_id not in present)
 
 
 def ingest_run_folder(
-    run: RunFolder, lake: Path, max_file_bytes: int, quiet_seconds: int = DEFAULT_QUIET_SECONDS
+    run: RunFolder, lake: LakePath, max_file_bytes: int, quiet_seconds: int = DEFAULT_QUIET_SECONDS
 ) -> RunIngestResult:
     return ingest_run(list_run(run), lake, max_file_bytes, quiet_seconds=quiet_seconds)
 
@@ -1000,7 +1077,7 @@ _Job = tuple[Callable[..., RunIngestResult], RunListing | RunFolder]
 
 
 def _settle_or_job(
-    run: RunFolder, lake: Path, max_file_bytes: int, workers: int, full_scan: bool, quiet_seconds: int
+    run: RunFolder, lake: LakePath, max_file_bytes: int, workers: int, full_scan: bool, quiet_seconds: int
 ) -> RunIngestResult | _Job:
     """A run's result when this process can settle it, else its job for the pool.
 
@@ -1024,7 +1101,7 @@ def _settle_or_job(
 
 def ingest_runs(
     runs: list[RunFolder],
-    lake: Path,
+    lake: LakePath,
     max_file_bytes: int,
     workers: int = 0,
     progress: Callable[[RunIngestResult, int, int], None] | None = None,
@@ -1036,7 +1113,7 @@ def ingest_runs(
     Runs this process cannot settle (_settle_or_job) go to the pool as they are found, or are ingested here when
     there is only one (one new epoch file).
     """
-    lake = Path(lake)
+    lake = lake_root(lake)
     workers = min(workers or os.cpu_count() or 1, len(runs))
     results: list[RunIngestResult] = []
 
@@ -1100,7 +1177,7 @@ class RunSelection:
 
 def select_runs(
     runs: Iterable[RunFolder],
-    lake: Path,
+    lake: LakePath,
     max_file_bytes: int,
     full_scan: bool = False,
     must_list: Collection[str] = (),
@@ -1109,7 +1186,7 @@ def select_runs(
     """Compares every run folder with the lake's manifests: the one decision of which run partitions have work,
     for a build and for the release sensor alike. Parses nothing. A run unchanged_by_stamps settles is not listed,
     unless full_scan or its id is in must_list; a listed run with nothing to do has its stamps brought up to date."""
-    lake = Path(lake)
+    lake = lake_root(lake)
     work: dict[str, RunWork] = {}
     quiet: list[str] = []
     for run in runs:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 ENV_RELEASES = "GRPO_RELEASES"
 ENV_WAREHOUSE = "GRPO_WAREHOUSE_DIR"
+ENV_LAKE = "GRPO_LAKE_DIR"
 ENV_REGISTRY = "GRPO_REGISTRY"
 ENV_WORKERS = "GRPO_WORKERS"
 DEFAULT_WAREHOUSE = "warehouse"
@@ -43,6 +44,7 @@ ENV_PARTITIONS_PER_RUN = "GRPO_PARTITIONS_PER_RUN"
 ENVIRONMENT = {
     ENV_RELEASES: ("releases", "paths"),
     ENV_WAREHOUSE: ("warehouse_dir", "text"),
+    ENV_LAKE: ("lake_dir", "text"),
     ENV_REGISTRY: ("registries", "path"),
     ENV_WORKERS: ("workers", "whole"),
     ENV_SENSOR_INTERVAL: ("sensor_interval_seconds", "whole"),

@@ -14,7 +14,8 @@ import duckdb
 import polars as pl
 from filelock import FileLock, Timeout
 
-from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs
+from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs, table_stamps
+from pipelines.lake_store import LakePath, file_stamp, lake_id, lake_root
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
@@ -51,6 +52,7 @@ class WarehouseBusy(Exception):
 
 
 def lake_dir(warehouse: Path) -> Path:
+    """The lake's default place, inside the warehouse folder (WarehouseConfig.lake is where it is)."""
     return Path(warehouse) / "lake"
 
 
@@ -66,11 +68,11 @@ def _empty_select(schema: dict) -> str:
     return "select " + ", ".join(f"cast(null as {t}) as {name}" for name, t in types.items()) + " limit 0"
 
 
-def view_files(lake: Path, view: str) -> list[Path]:
+def view_files(lake: LakePath, view: str) -> list[LakePath]:
     """The Parquet files a lake view reads, by their exact paths."""
     if view in RUN_TABLES:
         return lake_files(lake, view)
-    path = Path(lake) / f"{view}.parquet"
+    path = lake_root(lake) / f"{view}.parquet"
     return [path] if path.is_file() else []
 
 
@@ -134,7 +136,7 @@ def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> str:
     return "(" + " union all by name ".join(parts) + ")"
 
 
-def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
+def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
     """(Re)defines the lake.* views over the Parquet lake; a table with no file yet is an empty view.
 
     A view is kept when its files are those it was made over (paths, sizes and mtimes): each model that reads the
@@ -151,7 +153,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         ).fetchall()
     }
     for view, schema in LAKE_VIEWS.items():
-        fingerprint = f"{VIEWS_FORMAT}:{Path(lake).resolve()}:{lake_fingerprint(lake, [view])}"
+        fingerprint = f"{VIEWS_FORMAT}:{lake_id(lake_root(lake))}:{lake_fingerprint(lake, [view])}"
         if made.get(view) == fingerprint and view in present:
             continue
         files = view_files(lake, view)
@@ -167,15 +169,20 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
         con.execute(f"insert or replace into {BOOKKEEPING}.lake_views values (?, ?)", [view, fingerprint])
 
 
-def lake_fingerprint(lake: Path, tables: Iterable[str] | None = None) -> str:
-    """Changes whenever a lake file of the given tables (default: all) is rewritten; cheap, from file metadata only."""
+def lake_fingerprint(lake: LakePath, tables: Iterable[str] | None = None) -> str:
+    """Changes whenever a lake file of the given tables (default: all) is rewritten; cheap, from file metadata only
+    (lake_store.file_stamp)."""
+    lake = lake_root(lake)
+    runs = lake_runs(lake)
     digest = hashlib.sha256()
     for view in sorted(LAKE_VIEWS):
         if tables is not None and view not in tables:
             continue
-        for path in view_files(lake, view):
-            st = path.stat()
-            digest.update(f"{path.relative_to(lake)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        if view in RUN_TABLES:
+            stamps = {f"{view}/{runs[run]}/data.parquet": stamp for run, stamp in table_stamps(lake, view).items()}
+        else:
+            stamps = {f"{view}.parquet": file_stamp(lake / f"{view}.parquet")}
+        digest.update("".join(f"{name}:{stamp};" for name, stamp in stamps.items() if stamp is not None).encode())
     return digest.hexdigest()[:16]
 
 
@@ -279,18 +286,14 @@ def record_model(con: duckdb.DuckDBPyConnection, model: str, fingerprint: str) -
     con.execute(f"insert or replace into {BOOKKEEPING}.model_state values (?, ?, now())", [model, fingerprint])
 
 
-def lake_run_stamps(lake: Path, tables: Iterable[str]) -> dict[str, str]:
-    """A stamp per run of the given per-run lake tables (of RUN_TABLES), from their partitions' size and mtime: it
-    changes whenever a partition of the run is rewritten. Runs with no partition in any of the tables are absent."""
+def lake_run_stamps(lake: LakePath, tables: Iterable[str]) -> dict[str, str]:
+    """A stamp per run of the given per-run lake tables (of RUN_TABLES), from their partitions' stamps (size and
+    mtime, or ETag): it changes whenever a partition of the run is rewritten. Runs with no partition in any of the
+    tables are absent."""
     stamps: dict[str, list[str]] = {}
-    runs = lake_runs(lake)
     for table in sorted(tables):
-        for run_id, key in runs.items():
-            try:
-                st = os.stat(Path(lake, table, key, "data.parquet"))
-            except FileNotFoundError:
-                continue
-            stamps.setdefault(run_id, []).append(f"{table}:{st.st_size}:{st.st_mtime_ns}")
+        for run_id, stamp in table_stamps(lake, table).items():
+            stamps.setdefault(run_id, []).append(f"{table}:{stamp}")
     return {run: ";".join(parts) for run, parts in stamps.items()}
 
 

@@ -13,6 +13,7 @@ import duckdb
 import pydantic
 
 from pipelines.lake import DEFAULT_QUIET_SECONDS
+from pipelines.lake_store import LakePath, lake_problem, lake_root
 from pipelines.models import sql_string
 from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
 from pipelines.release.registry import read_registry
@@ -25,7 +26,7 @@ from pipelines.settings import (
     read_environment,
     release_location,
 )
-from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, duckdb_path_problem
+from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, duckdb_path_problem, lake_dir
 
 # Lower bounds of the whole-number settings, and the text that says what they count.
 _AT_LEAST = {
@@ -46,6 +47,9 @@ class WarehouseConfig(dg.ConfigurableResource):
 
     releases: list[str] = []  # release folders; none means the bundled sample release
     warehouse_dir: str = DEFAULT_WAREHOUSE
+    # Where the Parquet lake is: a folder, or a bucket prefix s3://bucket/prefix (docs/scale-out.md); empty means
+    # <warehouse_dir>/lake. The DuckDB files stay in warehouse_dir either way.
+    lake_dir: str = ""
     registries: list[str] = []  # registry CSVs overriding the bundled one, later ones win
     max_file_bytes: int = 64 * 2**20
     workers: int = 0  # processes for the ingest and the figures; 0 means one per core
@@ -140,12 +144,24 @@ class WarehouseConfig(dg.ConfigurableResource):
         for registry in self.registries:
             read_registry(Path(registry))  # RegistryError (a ConfigError) names the file, the line and the problem
         _check_writable(self.warehouse)
+        if self.lake_dir.startswith(OBJECT_SCHEME):
+            if problem := lake_problem(self.lake_dir):
+                raise ConfigError(problem)
+        elif self.lake_dir:
+            _check_writable(self.lake, "lake")
         if self.executor == "dask":
             _check_reachable(self.dask_address)
 
     @property
     def warehouse(self) -> Path:
         return Path(self.warehouse_dir).absolute()
+
+    @property
+    def lake(self) -> LakePath:
+        """The lake: lake_dir (a folder made absolute, or a bucket prefix), or the folder lake in the warehouse."""
+        if not self.lake_dir:
+            return lake_dir(self.warehouse)
+        return lake_root(release_location(self.lake_dir))
 
     @property
     def sample_dir(self) -> Path:
@@ -243,13 +259,14 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _check_writable(warehouse: Path) -> None:
-    """Raises ConfigError unless the warehouse folder is a folder this process can create and write files in."""
-    if warehouse.exists() and not warehouse.is_dir():
-        raise ConfigError(f"the warehouse {warehouse} is a file, not a folder")
+def _check_writable(folder: Path, what: str = "warehouse") -> None:
+    """Raises ConfigError unless the folder (the warehouse's, or the lake's) is one this process can create and
+    write files in."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"the {what} {folder} is a file, not a folder")
     try:
-        warehouse.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=warehouse):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot write in the warehouse folder {warehouse}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot write in the {what} folder {folder}: {exc.strerror or exc}") from None

@@ -14,17 +14,19 @@ from pipelines.lake import (
     ERROR_COLUMNS,
     FILE_COLUMNS,
     RunIngestResult,
+    count_rows,
     gone_runs,
     ingest_runs,
     lake_runs,
+    parquet_schema,
     partition_file,
     read_parquet,
     remove_run,
     write_atomically,
 )
+from pipelines.lake_store import LakePath, file_stamp
 from pipelines.release.registry import build_dim_runs
 from pipelines.removals import check_removals
-from pipelines.warehouse_db import lake_dir
 
 PROGRESS_SECONDS = 1.0  # at most one progress line a second from run_lake, besides the first, last and troubled
 RUN_TABLES = {
@@ -51,13 +53,12 @@ def frame_version(frame: pl.DataFrame) -> dg.DataVersion:
     return dg.DataVersion(digest.hexdigest()[:16])
 
 
-def partitions_version(lake: Path, table: str, run_ids: list[str]) -> dg.DataVersion:
-    """A digest of the given runs' partition files of a lake table (size and mtime): unchanged while none of them is
-    rewritten, which an ingest that finds nothing new does not do."""
+def partitions_version(lake: LakePath, table: str, run_ids: list[str]) -> dg.DataVersion:
+    """A digest of the given runs' partition files of a lake table (lake_store.file_stamp): unchanged while none of
+    them is rewritten, which an ingest that finds nothing new does not do."""
     stamps = []
     for run_id in sorted(run_ids):
-        path = partition_file(lake, table, run_id)
-        stamps.append(f"{run_id}:{path.stat().st_size}:{path.stat().st_mtime_ns}" if path.exists() else f"{run_id}:-")
+        stamps.append(f"{run_id}:{file_stamp(partition_file(lake, table, run_id)) or '-'}")
     return dg.DataVersion(hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16])
 
 
@@ -69,7 +70,7 @@ def partitions_version(lake: Path, table: str, run_ids: list[str]) -> dg.DataVer
 )
 def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     """Scans the release folders for run folders and resolves each run's attributes."""
-    lake = lake_dir(warehouse.warehouse)
+    lake = warehouse.lake
     runs, root_entries, problems = warehouse.find_runs()
     check_removals(warehouse.release_roots(), runs, lake, warehouse.remove_releases)
     for problem in problems:
@@ -133,7 +134,7 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
 )
 def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     """Flattens each selected run's new or changed epoch files into the lake's Parquet partitions."""
-    lake = lake_dir(warehouse.warehouse)
+    lake = warehouse.lake
     runs, _, _ = warehouse.find_runs()
     by_key = runs_by_partition(runs)
     selected = [by_key[key] for key in context.partition_keys if key in by_key]
@@ -188,7 +189,9 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     yield from _table_results(lake, results, selected)
 
 
-def _table_results(lake: Path, results: list[RunIngestResult], selected: list[str]) -> Iterator[dg.MaterializeResult]:
+def _table_results(
+    lake: LakePath, results: list[RunIngestResult], selected: list[str]
+) -> Iterator[dg.MaterializeResult]:
     """One result per lake table: its data version over the selected runs' partitions, and its column schema when a
     single run was ingested."""
     for name in RUN_TABLES:
@@ -197,8 +200,7 @@ def _table_results(lake: Path, results: list[RunIngestResult], selected: list[st
         # copies it onto each selected partition's materialization: for many, most of the cost of recording them.
         sample = partition_file(lake, name, results[0].run_id) if len(results) == 1 else None
         if sample is not None and sample.exists():
-            schema = pl.scan_parquet(sample, glob=False, hive_partitioning=False).collect_schema()
-            metadata["dagster/column_schema"] = column_schema(schema)
+            metadata["dagster/column_schema"] = column_schema(parquet_schema(sample))
         # One version for every partition of the run (Dagster stores one per output): a run over one partition,
         # as the sensor launches, gives that partition's own.
         yield dg.MaterializeResult(
@@ -206,7 +208,7 @@ def _table_results(lake: Path, results: list[RunIngestResult], selected: list[st
         )
 
 
-def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) -> None:
+def partition_metadata(context: dg.AssetExecutionContext, lake: LakePath, result) -> None:
     """Each run partition's own numbers, on its own materialization, however many partitions the run covered."""
     own = {
         "grpo/changed": result.changed,
@@ -219,18 +221,14 @@ def partition_metadata(context: dg.AssetExecutionContext, lake: Path, result) ->
     for name in RUN_TABLES:
         path = partition_file(lake, name, result.run_id)
         rows = counted.get(name)
-        if rows is None:  # from the Parquet footer, nothing read
-            rows = (
-                pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.len()).collect().item()
-                if path.exists()
-                else 0
-            )
+        if rows is None:  # from the Parquet footer
+            rows = count_rows(path)
         context.add_asset_metadata(
             {**own, "dagster/row_count": rows}, asset_key=["lake", name], partition_key=partition_key(result.run_id)
         )
 
 
-def warn_quarantined(context: dg.AssetExecutionContext, lake: Path, results) -> None:
+def warn_quarantined(context: dg.AssetExecutionContext, lake: LakePath, results) -> None:
     """A warning per run whose newly read files were quarantined, naming them and what is wrong (see ingest_errors)."""
     for result in results:
         errors = read_parquet(partition_file(lake, "errors", result.run_id)).filter(pl.col("severity") == "error")

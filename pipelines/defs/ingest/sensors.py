@@ -15,7 +15,6 @@ from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import select_runs
 from pipelines.release.discover import find_run_folders, release_problem
 from pipelines.removals import removal_refusal
-from pipelines.warehouse_db import lake_dir
 
 CURSOR_FORMAT = 3  # 3: the tick and a digest per run with files still being written; per-file state is the lake's
 # Keys, not the asset objects: a module-level asset here would be loaded a second time from this module.
@@ -246,7 +245,7 @@ def evaluate_release_sensor(context: dg.SensorEvaluationContext, warehouse: Ware
     known = set(context.instance.get_dynamic_partitions(run_partitions.name))
     changes = scan_releases(
         warehouse.release_roots(),
-        lake_dir(warehouse.warehouse),
+        warehouse.lake,
         known,
         unsettled,
         time.time_ns(),

@@ -9,6 +9,7 @@ import dagster as dg
 from pipelines.defs.models.checks import check_specs, declared_checks, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES
+from pipelines.lake_store import register_lake
 from pipelines.models import (
     LAKE_SCHEMA,
     SCHEMA_FILE,
@@ -27,7 +28,6 @@ from pipelines.warehouse_db import (
     BOOKKEEPING,
     LAKE_VIEWS,
     create_lake_views,
-    lake_dir,
     lake_fingerprint,
     lake_run_stamps,
     model_fingerprint,
@@ -161,12 +161,13 @@ def refresh_model(model: SqlModel, warehouse: WarehouseConfig) -> tuple[str, str
     build, rows of the changed runs computed again for an incremental model, rebuilt otherwise. Returns its
     fingerprint, what was done ("kept", "rebuilt" or how many keys were computed again) and its metadata."""
     params = warehouse.metric_parameters()
-    lake = lake_dir(warehouse.warehouse)
+    lake = warehouse.lake
     with open_build_db(
         warehouse.warehouse,
         memory_limit=warehouse.duckdb_memory_limit,
         storage_version=warehouse.duckdb_storage_version,
     ) as con:
+        register_lake(con, lake)
         if model.incremental_key:
             fingerprint, done = _refresh_incremental(con, model, params, lake)
         else:
