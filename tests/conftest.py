@@ -53,3 +53,35 @@ def sample_warehouse(tmp_path_factory):
         argv += ["--release", str(release)]
     assert main(argv) == 0
     return releases, wh
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server on a free loopback port, the AWS variables pointing at it while the module's tests run."""
+    import s3fs
+
+    from pipelines.release.objects import filesystem, loopback_s3
+
+    patch = pytest.MonkeyPatch()
+    with loopback_s3() as aws:
+        for name, value in aws.items():
+            patch.setenv(name, value)
+        filesystem.cache_clear()
+        s3fs.S3FileSystem.clear_instance_cache()  # a lake's UPath reuses one made for another module's server
+        try:
+            yield aws
+        finally:
+            filesystem.cache_clear()
+            s3fs.S3FileSystem.clear_instance_cache()
+            patch.undo()
+
+
+@pytest.fixture
+def bucket(s3_server, request):
+    """An empty bucket of the test's own; yields (s3fs filesystem, bucket name)."""
+    from pipelines.release.objects import filesystem
+
+    fs = filesystem()
+    name = request.node.name.replace("_", "-")[:50].lower().strip("-")
+    fs.mkdir(name)
+    return fs, name

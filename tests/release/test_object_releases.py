@@ -5,39 +5,14 @@ import json
 from datetime import UTC, datetime
 
 import polars as pl
-import pytest
 from helpers import epoch_document, write_epoch_file
 
 import pipelines.release.objects
 from pipelines.lake import ingest_run, partition_file, select_runs
 from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
-from pipelines.release.objects import ObjectTree, filesystem, loopback_s3
+from pipelines.release.objects import ObjectTree
 
 LIMIT = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 server on a free loopback port, the AWS variables pointing at it while the module's tests run."""
-    patch = pytest.MonkeyPatch()
-    with loopback_s3() as aws:
-        for name, value in aws.items():
-            patch.setenv(name, value)
-        filesystem.cache_clear()
-        try:
-            yield
-        finally:
-            filesystem.cache_clear()
-            patch.undo()
-
-
-@pytest.fixture
-def bucket(s3_server, request):
-    """An empty bucket of the test's own; yields (s3fs filesystem, bucket name)."""
-    fs = filesystem()
-    name = request.node.name.replace("_", "-")[:50].lower().strip("-")
-    fs.mkdir(name)
-    return fs, name
 
 
 def upload(fs, folder, url: str) -> None:
