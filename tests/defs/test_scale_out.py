@@ -6,6 +6,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import s3fs
 from helpers import epoch_document, write_epoch_file
 
 import pipelines
@@ -118,7 +119,9 @@ def _tables(warehouse: Path) -> dict[str, list]:
 
 
 @pytest.mark.slow
-def test_a_release_in_a_bucket_built_on_two_dask_workers_equals_a_local_build(cluster, tmp_path, monkeypatch):
+def test_a_release_in_a_bucket_built_on_two_dask_workers_into_a_lake_in_a_bucket_equals_a_local_build(
+    cluster, tmp_path, monkeypatch, capsys
+):
     from pipelines.cli import main
     from pipelines.release.objects import filesystem
 
@@ -133,20 +136,33 @@ def test_a_release_in_a_bucket_built_on_two_dask_workers_equals_a_local_build(cl
     for name, value in aws.items():
         monkeypatch.setenv(name, value)
     filesystem.cache_clear()
+    s3fs.S3FileSystem.clear_instance_cache()
     fs = filesystem()
     fs.mkdir("releases")
+    fs.mkdir("lakes")
     fs.put(str(release), "releases/lab", recursive=True)
     monkeypatch.setenv("GRPO_EXECUTOR", "dask")
     monkeypatch.setenv("GRPO_DASK_ADDRESS", address)
     monkeypatch.setenv("GRPO_PARTITIONS_PER_RUN", "2")
+    monkeypatch.setenv("GRPO_LAKE_DIR", "s3://lakes/lab")
+    remote = ["build", "--release", "s3://releases/lab", "--warehouse", str(tmp_path / "remote")]
     try:
-        assert main(["build", "--release", "s3://releases/lab", "--warehouse", str(tmp_path / "remote")]) == 0
+        assert main(remote) == 0
+        lake = {name: info["ETag"] for name, info in fs.find("lakes/lab", detail=True).items()}
+        capsys.readouterr()
+        assert main(remote) == 0  # nothing changed: nothing ingested, no object put again
+        assert "nothing to ingest" in capsys.readouterr().out
+        assert {name: info["ETag"] for name, info in fs.find("lakes/lab", detail=True).items()} == lake
     finally:
         filesystem.cache_clear()
+        s3fs.S3FileSystem.clear_instance_cache()
 
     local, remote = _tables(tmp_path / "local"), _tables(tmp_path / "remote")
     assert local["fact_epochs"] and local["ingest_errors"]
     assert remote == local
+    # The lake is in the bucket, a partition per run and table, and none in the warehouse folder.
+    assert sum("/epochs/" in name for name in lake) == 4 and len(lake) == 3 + 4 * (1 + 4 + 1)
+    assert not (tmp_path / "remote" / "lake").exists()
     # Both workers took run partitions: the four runs went as two Dagster runs of two.
     logs = [(tmp_path / f"worker-{n}.log").read_text() for n in (1, 2)]
     assert all("run_lake" in log for log in logs)
