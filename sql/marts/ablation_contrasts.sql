@@ -2,9 +2,9 @@
 -- the run itself by default), so one row per pair of runs when every arm has one run. getvariable('ci_level')
 -- intervals; resolved when the interval excludes zero.
 -- Arms of one run each (unit `epochs of one run`): run_a < run_b are the runs, delta = matched_reward(run_b) −
--- matched_reward(run_a), and the interval follows getvariable('ci_method'): `ar1` (docs/statistics.md) combines
--- the two runs' own matched standard errors (run_summary) with a Welch t quantile (`reml`: with a normal quantile,
--- its variances taken as known); `iid` is the percentile interval of the differences of the two runs' bootstrap
+-- matched_reward(run_a), and the interval follows getvariable('ci_method'): `reml` (docs/statistics.md) combines
+-- the two runs' own matched standard errors (run_summary) with a normal quantile (its variances taken as known),
+-- `ar1` with a Welch t quantile; `iid` is the percentile interval of the differences of the two runs' bootstrap
 -- means (bootstrap_means: the window's epochs resampled as if independent, which autocorrelated epochs are not;
 -- kept to reproduce earlier numbers). prob_improvement: the
 -- share of (epoch of run_b, epoch of run_a) pairs of the two matched windows where run_b's mean reward is higher,

@@ -4,12 +4,12 @@
 -- last epoch among the runs of the same ablation, matched_reward the mean over the last final_window loaded
 -- epochs at or before it. Windows count loaded epochs, so a gap does not shorten them. Snapshot ids of the
 -- final, best (peak EMA) and matched epochs. Mean rewards are the recomputed ones (finite rewards only).
--- The matched reward's own interval at getvariable('ci_level') (matched_ci_low/high), by getvariable('ci_method'):
--- `ar1` (docs/statistics.md) fits a quadratic trend plus an AR(1) drift plus white noise to the last
--- getvariable('ci_fit_epochs') loaded epochs at or before the horizon, and takes the variance of the window mean
--- from that model, with a t quantile on the fit's effective n − 1 degrees of freedom; `reml` fits the same model to
--- the same epochs by its exact restricted likelihood, with a normal quantile (matched_ci_df null); `iid` treats the
--- window's epochs as independent (t interval, effective n = the window's epochs). matched_effective_n: the window's
+-- The matched reward's own interval at getvariable('ci_level') (matched_ci_low/high), by getvariable('ci_method')
+-- (docs/statistics.md): `reml` fits a quadratic trend plus an AR(1) drift plus white noise to the last
+-- getvariable('ci_fit_epochs') loaded epochs at or before the horizon by its exact restricted likelihood, and takes
+-- the variance of the window mean from that model, with a normal quantile (matched_ci_df null); `ar1` fits the same
+-- model to the same epochs by moments, with a t quantile on the fit's effective n − 1 degrees of freedom; `iid`
+-- treats the window's epochs as independent (t interval, effective n = the window's epochs). matched_effective_n: the window's
 -- epochs worth of independent ones (the variance of one epoch over that of the window mean); matched_iqm: the
 -- interquartile mean of the window (the middle half of its values after dropping floor(n/4) at each end, as
 -- rliable's IQM); matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
