@@ -124,15 +124,17 @@ def step_json(releases: list[str]) -> dict:
 
 
 def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
-    """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake has it."""
+    """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake (a
+    folder or a bucket prefix) has it."""
     from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs
+    from pipelines.lake_store import lake_root
     from pipelines.settings import read_environment
 
     # the step's environment: runs quiet at once unless GRPO_QUIET_SECONDS says otherwise (_step_environment)
     quiet_seconds = read_environment().get("quiet_seconds", DEFAULT_QUIET_SECONDS)
     started = time.perf_counter()
     runs, _ = _runs(releases)
-    results = ingest_runs(runs, Path(lake), MAX_FILE_BYTES, workers, quiet_seconds=quiet_seconds)
+    results = ingest_runs(runs, lake_root(lake), MAX_FILE_BYTES, workers, quiet_seconds=quiet_seconds)
     return {
         "seconds": time.perf_counter() - started,
         "runs": len(results),
@@ -213,8 +215,9 @@ def step_pandas(releases: list[str], out: str) -> dict:
     return {"seconds": time.perf_counter() - started, "runs": len(runs), "trajectories": rows}
 
 
-def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
-    """The whole `grpo-warehouse build`, Dagster included; step durations come from Dagster's own step events."""
+def step_build(releases: list[str], warehouse: str, workers: int, lake: str | None = None) -> dict:
+    """The whole `grpo-warehouse build` (its lake in the warehouse folder, or at `lake`), Dagster included; step
+    durations come from Dagster's own step events."""
     import dagster as dg
 
     from pipelines import lake
@@ -243,7 +246,7 @@ def step_build(releases: list[str], warehouse: str, workers: int) -> dict:
     lake.select_runs = timed_check
     started = time.perf_counter()
     try:
-        build_warehouse(configure(releases, workers=workers, warehouse=str(warehouse)))
+        build_warehouse(configure(releases, workers=workers, warehouse=str(warehouse), lake=lake))
         status = 0
     except BuildError as exc:
         print(f"grpo-warehouse build: {exc}", file=sys.stderr)
@@ -610,10 +613,12 @@ def bench_scale_out(label: str, releases: list[str], work: Path, workers: int, r
 
     figures: dict[str, list[Measurement]] = {}
 
-    def run(name: str, step: str, fresh: Path | None = None, **kwargs) -> None:
+    def run(name: str, step: str, fresh: Path | None = None, fresh_prefix: str | None = None, **kwargs) -> None:
         for _ in range(repeat):
             if fresh is not None:
                 shutil.rmtree(fresh, ignore_errors=True)
+            if fresh_prefix is not None and filesystem().exists(fresh_prefix):
+                filesystem().rm(fresh_prefix, recursive=True)
             m = measure(step, work / "logs", **kwargs)
             figures.setdefault(name, []).append(m)
             say(f"  [{label}] {name}: {m.seconds:.2f} s (process {m.wall_seconds:.2f} s)")
@@ -632,6 +637,7 @@ def bench_scale_out(label: str, releases: list[str], work: Path, workers: int, r
         say(f"  [{label}] uploaded {len(urls)} release(s) to the loopback S3 server in {seconds:.1f} s")
         run("ingest_object_storage", "ingest", fresh=lake, releases=urls, lake=str(lake), workers=workers)
         run("ingest_object_storage_no_change", "ingest", releases=urls, lake=str(lake), workers=workers)
+        _bench_lake_in_bucket(run, releases, work, workers)
         filesystem.cache_clear()
     shutil.rmtree(lake, ignore_errors=True)
     # The workers import this copy of the package, installed or not.
@@ -642,6 +648,29 @@ def bench_scale_out(label: str, releases: list[str], work: Path, workers: int, r
             run("build_dask", "build", fresh=warehouse, releases=releases, warehouse=str(warehouse), workers=workers)
     shutil.rmtree(work / "warehouse_dask", ignore_errors=True)
     return {name: [m.__dict__ for m in ms] for name, ms in figures.items()}
+
+
+def _bench_lake_in_bucket(run, releases: list[str], work: Path, workers: int) -> None:
+    """The lake in a bucket of the loopback S3 server, the releases on disk: the full and no-change ingest, and the
+    fresh whole build whose models DuckDB reads from the bucket."""
+    from pipelines.release.objects import filesystem
+
+    filesystem().makedirs("bench-lake", exist_ok=True)
+    lake = "s3://bench-lake/ingest"
+    run("ingest_lake_in_bucket", "ingest", fresh_prefix=lake, releases=releases, lake=lake, workers=workers)
+    run("ingest_lake_in_bucket_no_change", "ingest", releases=releases, lake=lake, workers=workers)
+    warehouse, lake = work / "warehouse_lake_in_bucket", "s3://bench-lake/build"
+    run(
+        "build_lake_in_bucket",
+        "build",
+        fresh=warehouse,
+        fresh_prefix=lake,
+        releases=releases,
+        warehouse=str(warehouse),
+        workers=workers,
+        lake=lake,
+    )
+    shutil.rmtree(warehouse, ignore_errors=True)
 
 
 def _median(raw: dict, name: str, key: str = "seconds") -> float | None:
@@ -1091,6 +1120,8 @@ def _scale_out_rows(summary: dict) -> list[tuple]:
                 "ingest_object_storage_no_change",
             )
         )
+    if "ingest_lake_in_bucket" in s:
+        rows += _lake_in_bucket_rows(s, wall)
     if "build_dask" in s and "build_full" in s:
         rows.append(
             (
@@ -1099,6 +1130,39 @@ def _scale_out_rows(summary: dict) -> list[tuple]:
                 wall["build_dask"],
                 f"{wall['build_dask'] / wall['build_full']:.2f}x the in-process build (process times)",
                 "build_dask",
+            )
+        )
+    return rows
+
+
+def _lake_in_bucket_rows(s: dict, wall: dict) -> list[tuple]:
+    """The rows of the lake in a bucket (_bench_lake_in_bucket), each against the same work with the lake on disk."""
+    rows = [
+        (
+            "ingest, full, lake in S3 (loopback)",
+            s["ingest_lake_in_bucket"],
+            wall["ingest_lake_in_bucket"],
+            f"{s['ingest_lake_in_bucket'] / s['ingest_full']:.2f}x the ingest into a lake on disk",
+            "ingest_lake_in_bucket",
+        ),
+        (
+            "ingest, no change, lake in S3 (loopback)",
+            s["ingest_lake_in_bucket_no_change"],
+            wall["ingest_lake_in_bucket_no_change"],
+            f"{s['ingest_lake_in_bucket_no_change'] / s['ingest_no_change']:.2f}x on disk: per run, its stamps "
+            "fetched and two partitions looked for, three requests",
+            "ingest_lake_in_bucket_no_change",
+        ),
+    ]
+    if "build_full" in s:
+        rows.append(
+            (
+                "whole build, fresh, lake in S3",
+                s["build_lake_in_bucket"],
+                wall["build_lake_in_bucket"],
+                f"{wall['build_lake_in_bucket'] / wall['build_full']:.2f}x the build with its lake on disk (process "
+                "times)",
+                "build_lake_in_bucket",
             )
         )
     return rows
