@@ -215,8 +215,8 @@ def step_pandas(releases: list[str], out: str) -> dict:
     return {"seconds": time.perf_counter() - started, "runs": len(runs), "trajectories": rows}
 
 
-def step_build(releases: list[str], warehouse: str, workers: int, lake: str | None = None) -> dict:
-    """The whole `grpo-warehouse build` (its lake in the warehouse folder, or at `lake`), Dagster included; step
+def step_build(releases: list[str], warehouse: str, workers: int, lake_dir: str | None = None) -> dict:
+    """The whole `grpo-warehouse build` (its lake in the warehouse folder, or at lake_dir), Dagster included; step
     durations come from Dagster's own step events."""
     import dagster as dg
 
@@ -246,7 +246,7 @@ def step_build(releases: list[str], warehouse: str, workers: int, lake: str | No
     lake.select_runs = timed_check
     started = time.perf_counter()
     try:
-        build_warehouse(configure(releases, workers=workers, warehouse=str(warehouse), lake=lake))
+        build_warehouse(configure(releases, workers=workers, warehouse=str(warehouse), lake=lake_dir))
         status = 0
     except BuildError as exc:
         print(f"grpo-warehouse build: {exc}", file=sys.stderr)
@@ -668,7 +668,7 @@ def _bench_lake_in_bucket(run, releases: list[str], work: Path, workers: int) ->
         releases=releases,
         warehouse=str(warehouse),
         workers=workers,
-        lake=lake,
+        lake_dir=lake,
     )
     shutil.rmtree(warehouse, ignore_errors=True)
 

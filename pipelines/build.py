@@ -123,7 +123,7 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
         )
     if not result.success:
         raise BuildError(failure_reason(result))
-    return print_summary(config.warehouse, time.perf_counter() - started)
+    return print_summary(config.warehouse, time.perf_counter() - started, config.lake)
 
 
 @contextmanager
@@ -164,6 +164,10 @@ def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
             os.environ[name] = before
 
 
+# The build's runs log to the terminal in short lines (defs/loggers.py), never with a traceback.
+TERMINAL_RUN_CONFIG = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
+
+
 def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent: bool, config):
     """Runs refresh_warehouse over the stale run partitions (and, on a kept instance, those it has never seen); runs
     and stale are partition keys."""
@@ -180,7 +184,7 @@ def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent:
         instance.add_dynamic_partitions(run_partitions.name, sorted(new, key=lambda key: (key in selected, key)))
     keys = instance.get_dynamic_partitions(run_partitions.name)
     blocks = _partition_blocks(keys, selected, MAX_PARTITION_GAP)
-    run_config = {"loggers": {"terminal": {"config": {"log_level": "INFO"}}}}
+    run_config = TERMINAL_RUN_CONFIG
 
     throwaway = {} if persistent else {THROWAWAY_TAG: "true"}
 
@@ -232,7 +236,8 @@ def _ingest_distributed(instance, config, ranges: list[list[str]]):
     )
 
     def ingest(keys: list[str]):
-        return dg.execute_job(job, instance, tags=run_range_tags(keys[0], keys[-1]), raise_on_error=False)
+        tags = run_range_tags(keys[0], keys[-1])
+        return dg.execute_job(job, instance, run_config=TERMINAL_RUN_CONFIG, tags=tags, raise_on_error=False)
 
     with ThreadPoolExecutor(max(1, min(len(ranges), 16))) as threads:
         results = list(threads.map(ingest, ranges))
@@ -244,7 +249,10 @@ def failure_reason(result) -> str:
     reported as "Error occurred while executing op ..." with the real error as its cause)."""
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     if failure is None:
-        return "the build failed"
+        # The run failed outside its steps (on a Dask cluster: a scheduler or worker that cannot load the code).
+        failure = next((e for e in result.all_events if e.is_run_failure), None)
+        if failure is None or failure.event_specific_data.error is None:
+            return "the build failed"
     error = failure.event_specific_data.error
     while error.cause is not None:
         error = error.cause
@@ -252,7 +260,7 @@ def failure_reason(result) -> str:
     # Our own errors say everything in their message; a library's keeps its class name (PermissionError: ...).
     if message.startswith("pipelines.") and ": " in message:
         message = message.split(": ", 1)[1]
-    return f"the build failed in {failure.step_key}: {message}"
+    return f"the build failed in {failure.step_key}: {message}" if failure.step_key else f"the build failed: {message}"
 
 
 def stale_runs(
@@ -303,9 +311,10 @@ def _asset_keys(definitions, partitioned: bool) -> list:
     return [key for key in graph.get_all_asset_keys() if (graph.get(key).partitions_def is not None) == partitioned]
 
 
-def print_summary(warehouse: Path, seconds: float) -> list[str]:
-    """Prints what the build loaded, and what it could not; returns what `--strict` fails on (releases and runs that
-    loaded nothing, or far fewer epochs than their entries), one phrase each."""
+def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:
+    """Prints what the build loaded, and what it could not, and where it is (the lake: <warehouse>/lake unless given);
+    returns what `--strict` fails on (releases and runs that loaded nothing, or far fewer epochs than their entries),
+    one phrase each."""
     import duckdb
 
     path = published_path(warehouse)
@@ -325,7 +334,7 @@ def print_summary(warehouse: Path, seconds: float) -> list[str]:
         )
         not_loading = _print_not_loaded(con)
     print(f"  DuckDB file: {path}")
-    print(f"  Parquet lake: {warehouse / 'lake'}")
+    print(f"  Parquet lake: {lake or warehouse / 'lake'}")
     if (warehouse / "exports").is_dir():
         print(f"  exports: {warehouse / 'exports'}")
     if (warehouse / "exports" / "explorer" / "index.html").is_file():

@@ -151,7 +151,8 @@ def test_a_release_in_a_bucket_built_on_two_dask_workers_into_a_lake_in_a_bucket
         lake = {name: info["ETag"] for name, info in fs.find("lakes/lab", detail=True).items()}
         capsys.readouterr()
         assert main(remote) == 0  # nothing changed: nothing ingested, no object put again
-        assert "nothing to ingest" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "nothing to ingest" in out and "  Parquet lake: s3://lakes/lab\n" in out
         assert {name: info["ETag"] for name, info in fs.find("lakes/lab", detail=True).items()} == lake
     finally:
         filesystem.cache_clear()
@@ -166,3 +167,22 @@ def test_a_release_in_a_bucket_built_on_two_dask_workers_into_a_lake_in_a_bucket
     # Both workers took run partitions: the four runs went as two Dagster runs of two.
     logs = [(tmp_path / f"worker-{n}.log").read_text() for n in (1, 2)]
     assert all("run_lake" in log for log in logs)
+
+
+@pytest.mark.slow
+def test_a_cluster_that_cannot_import_the_code_fails_the_build_on_one_line(tmp_path, capsys, monkeypatch):
+    from pipelines.cli import main
+
+    write_epoch_file(tmp_path / "rel" / "run a", 1, epoch_document(1))
+    broken = tmp_path / "broken"
+    (broken / "pipelines").mkdir(parents=True)
+    (broken / "pipelines" / "__init__.py").write_text('raise ImportError("no pipelines on this node")\n')
+    monkeypatch.chdir(tmp_path)  # the nodes' first import path is their working folder: not this repository
+    with local_cluster(1, tmp_path / "cluster", {**os.environ, "PYTHONPATH": str(broken)}) as address:
+        monkeypatch.setenv("GRPO_EXECUTOR", "dask")
+        monkeypatch.setenv("GRPO_DASK_ADDRESS", address)
+        status = main(["build", "--release", str(tmp_path / "rel"), "--warehouse", str(tmp_path / "wh")])
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert err == "grpo-warehouse build: the build failed: ImportError: no pipelines on this node\n"
+    assert "Traceback" not in out + err and "Stack Trace" not in out + err
