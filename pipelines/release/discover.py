@@ -429,7 +429,19 @@ def list_object_run(run: RunFolder, fs=None) -> RunListing:
         return RunListing(
             run, [], [SkippedEntry(run.run_id, prefix, f"cannot list run folder: {exc}", True, "unreadable")]
         )
-    listing = list_run(run, ObjectTree(str(run.path), list(objects.values())))
+    tree = ObjectTree(str(run.path), list(objects.values()))
+    listing = list_run(run, tree)
+    root = str(run.release_root)
+    listing.skipped += [
+        SkippedEntry(
+            run.run_id,
+            shown(url[len(root) + 1 :]),
+            "an object whose key is also the prefix of other keys: not opened, the prefix read as the folder",
+            True,
+            "name_clash",
+        )
+        for url in sorted(tree.clashes)
+    ]
     # No folder stamps in a bucket: a run is listed again at each build, never settled from stamps.
     listing.folders = None
     listing.listed_at_ns = listed_at_ns

@@ -75,10 +75,16 @@ _FOLDER = _Status(0, 0, 0, stat.S_IFDIR)
 
 
 class ObjectTree:
-    """One run's keys, from one listing, as folders of entries (list_run's tree)."""
+    """One run's keys, from one listing, as folders of entries (list_run's tree).
+
+    A bucket lets a key be an object and the prefix of other keys at once (`run/epoch_001` beside
+    `run/epoch_001/results.json`), which no folder can: the prefix is kept as the folder, and the object's URL goes to
+    `clashes`, to be reported rather than dropped unseen.
+    """
 
     def __init__(self, run_url: str, objects: list[dict]):
         self.folders: dict[str, dict[str, _Entry]] = {run_url: {}}
+        self.clashes: list[str] = []
         for info in objects:
             key = f"{SCHEME}{info['name']}" if not info["name"].startswith(SCHEME) else info["name"]
             if info.get("type") == "directory" or key.endswith("/"):
@@ -90,10 +96,18 @@ class ObjectTree:
 
     def _add(self, run_url: str, key: str, status: _Status) -> None:
         parent, _, name = key.rpartition("/")
-        self.folders.setdefault(parent, {})[name] = _Entry(name, key, status, False)
+        entries = self.folders.setdefault(parent, {})
+        if name in entries and entries[name].folder:
+            self.clashes.append(key)
+        else:
+            entries[name] = _Entry(name, key, status, False)
         while parent != run_url and parent.startswith(run_url + "/"):
             grand, _, folder_name = parent.rpartition("/")
-            self.folders.setdefault(grand, {}).setdefault(folder_name, _Entry(folder_name, parent, _FOLDER, True))
+            entries = self.folders.setdefault(grand, {})
+            if folder_name in entries and not entries[folder_name].folder:
+                self.clashes.append(entries[folder_name].path)
+            if folder_name not in entries or not entries[folder_name].folder:
+                entries[folder_name] = _Entry(folder_name, parent, _FOLDER, True)
             parent = grand
 
     def stat(self, path: str) -> _Status:

@@ -125,3 +125,26 @@ def test_an_object_refused_once_is_asked_for_again_unchanged(bucket, tmp_path, m
     monkeypatch.setattr(pipelines.release.objects, "read_objects", granted)  # access granted, the object as it was
     second = ingest_run(list_run(runs["run"]), tmp_path / "lake", LIMIT)
     assert (second.files_parsed, second.epochs, second.files_quarantined) == (1, 1, 0)
+
+
+def test_a_key_that_is_both_an_object_and_a_prefix_is_reported_and_the_prefix_read(bucket, tmp_path):
+    fs, name = bucket
+    url = f"s3://{name}/rel"
+    document = json.dumps(epoch_document(1)).encode()
+    # Neither order of the listing may hide one: the object sorts before the prefix's keys, and after them.
+    fs.pipe_file(f"{url}/run/epoch_001", document)
+    fs.pipe_file(f"{url}/run/epoch_001/results.json", document)
+    fs.pipe_file(f"{url}/run/epoch_002_results.json/x", b"a key under a document's name")
+    fs.pipe_file(f"{url}/run/epoch_002_results.json", json.dumps(epoch_document(2)).encode())
+    runs, _, _ = find_run_folders([url])
+    listing = list_run(runs["run"])
+    assert [f.source_path for f in listing.epoch_files] == ["run/epoch_001/results.json"]
+    clashes = [(s.source_path, s.error_kind, s.is_problem) for s in listing.skipped if s.error_kind == "name_clash"]
+    assert clashes == [("run/epoch_001", "name_clash", True), ("run/epoch_002_results.json", "name_clash", True)]
+
+    ingest_run(listing, tmp_path / "lake", LIMIT)
+    errors = pl.read_parquet(partition_file(tmp_path / "lake", "errors", "run"))
+    assert errors.filter(pl.col("error_kind") == "name_clash").get_column("source_path").to_list() == [
+        "run/epoch_001",
+        "run/epoch_002_results.json",
+    ]
