@@ -131,7 +131,6 @@ def test_a_key_that_is_both_an_object_and_a_prefix_is_reported_and_the_prefix_re
     fs, name = bucket
     url = f"s3://{name}/rel"
     document = json.dumps(epoch_document(1)).encode()
-    # Neither order of the listing may hide one: the object sorts before the prefix's keys, and after them.
     fs.pipe_file(f"{url}/run/epoch_001", document)
     fs.pipe_file(f"{url}/run/epoch_001/results.json", document)
     fs.pipe_file(f"{url}/run/epoch_002_results.json/x", b"a key under a document's name")
@@ -148,3 +147,14 @@ def test_a_key_that_is_both_an_object_and_a_prefix_is_reported_and_the_prefix_re
         "run/epoch_001",
         "run/epoch_002_results.json",
     ]
+
+
+def test_a_clash_is_found_in_either_order_of_the_keys():
+    objects = [
+        {"name": "b/rel/run/epoch_001/results.json", "size": 1, "ETag": "a"},
+        {"name": "b/rel/run/epoch_001", "size": 1, "ETag": "b"},
+    ]
+    for listed in (objects, objects[::-1]):
+        tree = ObjectTree("s3://b/rel/run", listed)
+        assert tree.clashes == ["s3://b/rel/run/epoch_001"]
+        assert [(e.name, e.is_dir()) for e in tree.scan("s3://b/rel/run")] == [("epoch_001", True)]
