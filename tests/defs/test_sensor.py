@@ -31,9 +31,9 @@ def set_mtime(path, seconds):
 class Ticker:
     """Evaluates the sensor like the daemon does: cursor carried over, partition requests applied."""
 
-    def __init__(self, instance, release, warehouse):
+    def __init__(self, instance, release, warehouse, lake: str = ""):
         self.instance = instance
-        self.config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(warehouse))
+        self.config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(warehouse), lake_dir=lake)
         self.cursor = None
         self.quiet_seconds = 3600  # how ingest (Ticker.ingest) settles runs
 
@@ -59,7 +59,7 @@ class Ticker:
         runs, _, _ = find_run_folders(self.config.release_roots())
         return {
             r.partition_key: ingest_run_folder(
-                runs[r.partition_key], lake_dir(self.config.warehouse), 2**20, quiet_seconds=self.quiet_seconds
+                runs[r.partition_key], self.config.lake, 2**20, quiet_seconds=self.quiet_seconds
             )
             for r in result.run_requests
             if r.partition_key
@@ -172,6 +172,38 @@ def test_removed_files_and_run_folders(tmp_path, ticker, write_epoch):
     assert ticker.partitions() == ["run_a"]
     assert ingested_runs(result) == []
     assert asks_for_release_scan(result)  # release_runs clears the run out of the lake
+
+
+def test_a_release_and_a_lake_in_a_bucket_are_watched_as_folders_are(bucket, tmp_path):
+    fs, name = bucket
+    url = f"s3://{name}/release"
+
+    def put(key: str, epoch: int, n: int = 4) -> None:
+        fs.pipe_file(f"{url}/{key}", json.dumps(epoch_document(epoch, n=n)).encode())
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        ticker = Ticker(instance, url, tmp_path / "wh", lake=f"s3://{name}/lake")
+        put("run_a/epoch_000_results.json", 0)
+        put("run_b/epoch_000/results.json", 0)
+        result = ticker()
+        assert ticker.partitions() == ["run_a", "run_b"] and asks_for_release_scan(result)
+        assert ingested_runs(result) == []  # objects written seconds ago: a second look first
+        result = ticker()
+        assert ingested_runs(result) == ["run_a", "run_b"]
+        assert [r.files_parsed for r in ticker.ingest(result).values()] == [1, 1]
+        assert ticker().run_requests == []  # nothing new: nothing requested
+
+        put("run_a/epoch_001_results.json", 1)
+        put("run_b/epoch_000/results.json", 0, n=5)  # rewritten
+        ticker()
+        result = ticker()
+        assert ingested_runs(result) == ["run_a", "run_b"] and not asks_for_release_scan(result)
+        assert {run: r.files_parsed for run, r in ticker.ingest(result).items()} == {"run_a": 1, "run_b": 1}
+
+        fs.rm(f"{url}/run_b", recursive=True)
+        result = ticker()
+        assert ticker.partitions() == ["run_a"] and ingested_runs(result) == []
+        assert asks_for_release_scan(result)  # release_runs clears the run out of the lake
 
 
 def test_files_already_in_the_lake_are_not_handed_to_ingest_again(tmp_path, write_epoch):
