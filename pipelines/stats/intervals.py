@@ -1,8 +1,10 @@
-"""The `ar1` interval of a window mean of an autocorrelated curve, in numpy: what run_summary and ablation_contrasts
-compute in SQL, here for the simulation study (and as the tests' second computation).
+"""The `reml` (default) and `ar1` intervals of a window mean of an autocorrelated curve, in numpy: what run_summary
+and ablation_contrasts compute in SQL, here for the simulation study (and as the tests' second computation).
 
 A run's per-epoch mean rewards y_t are modelled as a smooth trend plus an AR(1) drift plus white sampling noise
-(ARMA(1,1) around the trend). Over the run up to the end of its matched window:
+(ARMA(1,1) around the trend). `reml` fits that model by its exact restricted likelihood over a grid of φ and
+noise-to-drift ratios (reml_fit, below) and takes mean ± z · √V, V as in step 4. `ar1` fits it by moments, over the
+run up to the end of its matched window:
 1. a quadratic in the epoch is fitted and removed (a learning trend would otherwise read as slow drift);
 2. the autocovariances γ0, γ1, γ2 of the residuals give φ = γ2/γ1 (white noise leaves γ1, γ2 alone), the drift's
    variance s² = γ1/φ and the noise's r = γ0 − s²;
@@ -80,8 +82,8 @@ def fit(values: np.ndarray, epochs: np.ndarray, window: int) -> dict[str, np.nda
     return summarise(gamma[:, 0], drift, phi, gamma[:, 0] - drift, values.shape[1], window)
 
 
-# `reml`: the exact restricted likelihood of the same model, maximised over a grid of φ and noise-to-drift ratios
-# (the grid sql/marts/run_summary.sql holds)
+# `reml` (the default): the exact restricted likelihood of the same model, maximised over a grid of φ and
+# noise-to-drift ratios (the grid sql/marts/run_summary.sql holds)
 REML_PHIS = (0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.84, 0.87, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995)
 REML_NOISE_RATIOS = (0.0, 0.03, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 4.0, 8.0, 20.0)
 
