@@ -9,10 +9,10 @@
 -- getvariable('ci_fit_epochs') loaded epochs at or before the horizon by its exact restricted likelihood, and takes
 -- the variance of the window mean from that model, with a normal quantile (matched_ci_df null); `ar1` fits the same
 -- model to the same epochs by moments, with a t quantile on the fit's effective n − 1 degrees of freedom; `iid`
--- treats the window's epochs as independent (t interval, effective n = the window's epochs). matched_effective_n: the window's
--- epochs worth of independent ones (the variance of one epoch over that of the window mean); matched_iqm: the
--- interquartile mean of the window (the middle half of its values after dropping floor(n/4) at each end, as
--- rliable's IQM); matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
+-- treats the window's epochs as independent (t interval, effective n = the window's epochs). matched_effective_n:
+-- the window's epochs worth of independent ones (the variance of one epoch over that of the window mean);
+-- matched_iqm: the interquartile mean of the window (the middle half of its values after dropping floor(n/4) at
+-- each end, as rliable's IQM); matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
 with epochs as (
     select
         run_id,
