@@ -47,13 +47,19 @@ NEEDED_EPOCH_COLUMNS = [
 ]
 
 
+# What the matched interval's key says of each method; a method not named allows for autocorrelated epochs.
+INTERVAL_KINDS = {"iid": "epochs taken as independent: too narrow"}
+
+
 @dataclass(frozen=True)
 class Smoothing:
-    """How the figure smooths: the EMA weight of `reward_ema`, a trailing window and the band's coverage."""
+    """How the figure smooths: the EMA weight of `reward_ema`, a trailing window and the band's coverage; and the
+    interval method of the matched rewards' bars, which their key names."""
 
     ema_weight: float = 0.9
     window: int = 20
     band_level: float = 0.95
+    ci_method: str = "reml"
 
 
 def grid_margins(runs: int) -> dict[str, float]:
@@ -338,13 +344,14 @@ def _legends(fig, ax_reward, ax_entropy, run_ids: list[str], smoothing: Smoothin
             )
         )
     if any(str(line.get_gid()).startswith("matched_interval:") for line in ax_reward.get_lines()):
+        kind = INTERVAL_KINDS.get(smoothing.ci_method, "autocorrelation-aware")
         key.append(
             mlines.Line2D(
                 [],
                 [],
                 color=grey,
                 linewidth=2.2,
-                label=f"its {smoothing.band_level:.0%} interval (autocorrelation-aware)",
+                label=f"its {smoothing.band_level:.0%} interval ({kind})",
             )
         )
     ax_reward.legend(handles=key, loc="best", fontsize=8.5, frameon=True, framealpha=0.9)

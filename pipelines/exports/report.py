@@ -398,7 +398,7 @@ def ablation_section(
         "",
         f"Best matched reward first. *Final reward*: mean over the last {settings.final_window} loaded epochs; "
         "*AUC reward*: mean over all loaded epochs; *peak EMA*: the highest smoothed reward and the first epoch "
-        f"reaching it. The matched reward's *{settings.ci_level:.0%} interval* allows for autocorrelated epochs; "
+        f"reaching it. The matched reward's *{settings.ci_level:.0%} interval* {_interval_kind(settings.ci_method)}; "
         "*IQM*: the interquartile mean of its window; *effective n*: how many independent epochs the window is "
         "worth.",
         "",
@@ -438,6 +438,12 @@ def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.D
                 return names.drop_nulls()[0]
     names = snapshots["model_name"].drop_nulls() if snapshots.height else []
     return names[0] if len(names) else None
+
+
+def _interval_kind(ci_method: str) -> str:
+    if ci_method == "iid":
+        return "treats the window's epochs as independent, which they are not: too narrow"
+    return "allows for autocorrelated epochs"
 
 
 def method_sentence(ci_method: str) -> str:

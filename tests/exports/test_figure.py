@@ -50,6 +50,15 @@ def test_three_run_ablation_has_one_series_per_run_with_its_label(tables):
     assert all(list(bar.get_xdata()) == [1, 1] for bar in by_gid(reward, "matched_interval").values())
 
 
+@pytest.mark.parametrize(
+    ("ci_method", "kind"), [("reml", "autocorrelation-aware"), ("iid", "epochs taken as independent")]
+)
+def test_the_intervals_key_names_what_the_method_allows_for(tables, ci_method, kind):
+    fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"], Smoothing(ci_method=ci_method))
+    keys = [t.get_text() for t in fig.axes[0].get_legend().get_texts() if "interval" in t.get_text()]
+    assert len(keys) == 1 and kind in keys[0]
+
+
 def test_the_matched_horizon_is_marked_in_every_panel(tables):
     fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
     for ax in fig.axes:

@@ -201,7 +201,7 @@ def test_the_interval_level_is_the_one_asked_for(tables):
     assert "resolved at 80%" in section(text, "## Ablation `abl`")
 
 
-def test_an_iid_interval_resolves_nothing(tables):
+def test_an_iid_interval_resolves_nothing(tables, report):
     contrasts = tables["contrasts"].with_columns(ci_method=pl.lit("iid"))
     text = render_report(
         tables["runs"], tables["summary"], contrasts, tables["snapshots"], ReportSettings(ci_method="iid")
@@ -211,6 +211,10 @@ def test_an_iid_interval_resolves_nothing(tables):
     assert "resolves nothing even though it excludes zero" in headline and "is resolved" not in headline
     rows = markdown_table(section(text, "### Pairwise contrasts of the matched reward"))
     assert {row["resolved"] for row in rows} == {"no"}
+    # The runs' own intervals are iid too: their note does not claim they allow for autocorrelation.
+    runs_note = section(section(text, "## Ablation `abl`"), "### Runs")
+    assert "treats the window's epochs as independent" in runs_note and "allows for autocorrelated" not in runs_note
+    assert "allows for autocorrelated epochs" in section(section(report, "## Ablation `abl`"), "### Runs")
 
 
 def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):

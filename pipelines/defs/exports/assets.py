@@ -208,9 +208,7 @@ def collect_figures(plans: list[FigurePlan], drawings: list) -> tuple[dict[str, 
 )
 def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """One figure per ablation (PNG and SVG): reward curves, zero-variance groups and entropy of its runs."""
-    smoothing = Smoothing(
-        ema_weight=warehouse.ema_weight, window=warehouse.rolling_window, band_level=warehouse.ci_level
-    )
+    smoothing = Smoothing(warehouse.ema_weight, warehouse.rolling_window, warehouse.ci_level, warehouse.ci_method)
     params = {
         "smoothing": dataclasses.asdict(smoothing),
         "final_window": warehouse.final_window,
