@@ -26,7 +26,13 @@ from pipelines.settings import (
     read_environment,
     release_location,
 )
-from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, DEFAULT_STORAGE_VERSION, duckdb_path_problem, lake_dir
+from pipelines.warehouse_db import (
+    DEFAULT_MEMORY_LIMIT,
+    DEFAULT_STORAGE_VERSION,
+    duckdb_path_problem,
+    lake_dir,
+    open_build_db,
+)
 
 # Lower bounds of the whole-number settings, and the text that says what they count.
 _AT_LEAST = {
@@ -155,6 +161,16 @@ class WarehouseConfig(dg.ConfigurableResource):
     @property
     def warehouse(self) -> Path:
         return Path(self.warehouse_dir).absolute()
+
+    def build_db(self, read_only: bool = False):
+        """The warehouse's build database (warehouse_db.open_build_db), with this configuration's memory limit and
+        storage version: a context manager yielding the connection."""
+        return open_build_db(
+            self.warehouse,
+            read_only=read_only,
+            memory_limit=self.duckdb_memory_limit,
+            storage_version=self.duckdb_storage_version,
+        )
 
     @property
     def lake(self) -> LakePath:

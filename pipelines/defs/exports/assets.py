@@ -30,7 +30,7 @@ from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
 from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, record, recorded_metadata
-from pipelines.warehouse_db import build_dir, model_fingerprints, open_build_db
+from pipelines.warehouse_db import build_dir, model_fingerprints
 
 GROUP = "exports"
 
@@ -101,12 +101,12 @@ def read_tables(
     warehouse: WarehouseConfig, queries: dict[str, str], inputs=()
 ) -> tuple[dict[str, pl.DataFrame], dict[str, str | None]]:
     """Runs each query on the build database (polars frames), with the fingerprints of the inputs, read together."""
-    with open_build_db(warehouse.warehouse, read_only=True, memory_limit=warehouse.duckdb_memory_limit) as con:
+    with warehouse.build_db(read_only=True) as con:
         return {name: con.sql(query).pl() for name, query in queries.items()}, model_fingerprints(con, inputs)
 
 
 def inputs_fingerprint(warehouse: WarehouseConfig, inputs, params: dict) -> str | None:
-    with open_build_db(warehouse.warehouse, read_only=True, memory_limit=warehouse.duckdb_memory_limit) as con:
+    with warehouse.build_db(read_only=True) as con:
         return export_fingerprint(model_fingerprints(con, inputs), params, CODE_VERSION)
 
 

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import duckdb
 
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import SqlModel, sql_identifier
-from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints, open_build_db
+from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints
 
 EXAMPLES = 50  # offending rows listed in a check's metadata
 
@@ -390,10 +391,14 @@ def store_result(
 
 
 def evaluate_checks(
-    model: str, warehouse: WarehouseConfig, declared: tuple[ModelCheck, ...] = (), selected: set[str] | None = None
+    model: str,
+    warehouse: WarehouseConfig,
+    declared: tuple[ModelCheck, ...] = (),
+    selected: set[str] | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> list[dg.AssetCheckResult]:
     """A model's check results (those selected, by name; all by default): stored ones whose inputs are unchanged, the
-    others evaluated on the build database.
+    others evaluated on the build database (con, the model step's own connection to it, when given).
 
     A check that cannot run fails (ERROR) instead of raising, and is not stored, so the next build tries again.
     """
@@ -401,11 +406,7 @@ def evaluate_checks(
     if not checks:
         return []
     results = []
-    with open_build_db(
-        warehouse.warehouse,
-        memory_limit=warehouse.duckdb_memory_limit,
-        storage_version=warehouse.duckdb_storage_version,
-    ) as con:
+    with nullcontext(con) if con is not None else warehouse.build_db() as con:
         con.execute(
             f"create table if not exists {BOOKKEEPING}.check_state (model varchar, check_name varchar,"
             " fingerprint varchar, passed boolean, severity varchar, description varchar, metadata varchar,"
