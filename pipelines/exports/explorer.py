@@ -11,7 +11,8 @@ import functools
 import hashlib
 import html
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import polars as pl
@@ -160,16 +161,26 @@ def _series(epochs: pl.DataFrame) -> dict[str, dict[str, list]]:
     }
 
 
-def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
-    """What one ablation's section of a page is drawn from: its runs, their epochs, contrasts, snapshots."""
+def ablation_overview(ablation: str | None, tables: ExplorerTables) -> dict:
+    """An ablation's runs and contrasts: its line on the index page, and the start of its section."""
     members = tables.runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
-    run_ids = members["run_id"].to_list()
     contrasts = tables.contrasts.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String)))
     return {
         "name": ablation,
-        "runs": _run_entries(members, _of_runs(tables.summary, run_ids)),
-        "series": _series(_of_runs(tables.epochs, run_ids)),
+        "runs": _run_entries(members, _of_runs(tables.summary, members["run_id"].to_list())),
         "contrasts": _json_ready(contrasts.sort("run_a", "run_b"), CONTRAST_COLUMNS).to_dicts(),
+    }
+
+
+def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
+    """What one ablation's section of a page is drawn from: its runs, their epochs, contrasts, snapshots."""
+    overview = ablation_overview(ablation, tables)
+    run_ids = [run["run_id"] for run in overview["runs"]]
+    return {
+        "name": ablation,
+        "runs": overview["runs"],
+        "series": _series(_of_runs(tables.epochs, run_ids)),
+        "contrasts": overview["contrasts"],
         "snapshots": _json_ready(
             _of_runs(tables.snapshots, run_ids).sort(
                 "run_id",
@@ -182,6 +193,22 @@ def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
             _of_runs(tables.breakdowns, run_ids).sort("run_id", "breakdown", "level", "window_start"), BREAKDOWN_COLUMNS
         ).to_dicts(),
     }
+
+
+# The tables ablation_overview reads: an index page listing the ablations shows nothing else.
+OVERVIEW_TABLES = ("runs", "summary", "contrasts")
+
+
+def tables_digest(tables: ExplorerTables, names: tuple[str, ...] | None = None) -> str:
+    """A digest of every row of the tables (the given ones, default all) and of their columns' types: the same digest,
+    the same payloads. Stable within a polars version."""
+    digest = hashlib.sha256()
+    for name in names or [field.name for field in fields(tables)]:
+        frame = getattr(tables, name)
+        digest.update(f"{name}:{frame.height}:{frame.schema!r};".encode())
+        if frame.width:
+            digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def page_names(ablations: list[str | None]) -> dict[str | None, str]:
@@ -204,41 +231,33 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
+def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
+    """A whole page: the charting library (vega_bundle()), the explorer's style and script, the data; nothing
+    fetched."""
+    library = (library or vega_bundle()).replace("</script", "<\\/script")
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
+        f"<script>\n{library}\n</script>\n</head>\n<body>\n"
+        '<div id="explorer">Loading… (this page needs JavaScript)</div>\n'
+        f'<script type="application/json" id="explorer-data">{_script_json(payload)}</script>\n'
+        f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
+    ).encode()
+
+
 @dataclass(frozen=True)
 class Page:
-    """One explorer page before it is rendered: its title and its data, as the JSON its script element holds."""
+    """One explorer page before it is rendered: its title, a digest of what its data is made from, and its data,
+    made only when the page is rendered."""
 
     title: str
-    data: str  # _script_json of the page's payload
+    inputs: str  # the settings and a tables_digest of the rows it shows: the same inputs, the same data
+    payload: Callable[[], dict]
 
-    def digest(self) -> str:
-        """A digest of what the page holds besides the charting library and the explorer's own assets (which the
-        exports' code version covers): the same digest, the same bytes."""
-        return hashlib.sha256(self.title.encode() + b"\0" + self.data.encode()).hexdigest()[:16]
-
-    def render(self, library: str) -> bytes:
-        """The whole page: the charting library (vega_bundle()), the explorer's style and script, the data; nothing
-        fetched."""
-        library = library.replace("</script", "<\\/script")
-        return (
-            '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{html.escape(self.title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
-            f"<script>\n{library}\n</script>\n</head>\n<body>\n"
-            '<div id="explorer">Loading… (this page needs JavaScript)</div>\n'
-            f'<script type="application/json" id="explorer-data">{self.data}</script>\n'
-            f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
-        ).encode()
-
-
-def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
-    """A whole page of the given title and data (Page.render); library: vega_bundle() when not given."""
-    return Page(title, _script_json(payload)).render(library or vega_bundle())
-
-
-def _overview(payload: dict, page: str) -> dict:
-    """An ablation's line on the index page when it has a page of its own: its runs and contrasts, not its epochs."""
-    return {"name": payload["name"], "page": page, "runs": payload["runs"], "contrasts": payload["contrasts"]}
+    def render(self, library: str | None = None) -> bytes:
+        """The whole page (render_page); library: vega_bundle() when not given."""
+        return render_page(self.title, self.payload(), library)
 
 
 def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables]:
@@ -267,22 +286,49 @@ def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables
 
 
 def explorer_contents(tables: ExplorerTables, settings: ExplorerSettings) -> dict[str, Page]:
-    """File name (relative to the explorer folder) -> page: index.html, plus ablations/<name>.html when many."""
+    """File name (relative to the explorer folder) -> page: index.html, plus ablations/<name>.html when many.
+
+    Each page's data is made only if it is rendered: at 100x, making all 200 ablations' data costs more than
+    digesting their rows, and a new epoch file changes one ablation's page and the index.
+    """
     common = {"settings": asdict(settings), "library": library_versions()}
     ablations = ordered_ablations(tables.runs)
     split = split_by_ablation(tables)
-    payloads = {ablation: ablation_payload(ablation, split[ablation]) for ablation in ablations}
+    digests = {ablation: tables_digest(split[ablation]) for ablation in ablations}
+
+    def inputs(*parts) -> str:
+        return hashlib.sha256(json.dumps([common, *parts], default=str).encode()).hexdigest()[:16]
+
     if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
-        return {INDEX: Page("GRPO run explorer", _script_json({**common, "ablations": list(payloads.values())}))}
+
+        def sections() -> dict:
+            return {**common, "ablations": [ablation_payload(a, split[a]) for a in ablations]}
+
+        return {INDEX: Page("GRPO run explorer", inputs([[a, digests[a]] for a in ablations]), sections)}
     names = page_names(ablations)
-    overview = [_overview(payloads[a], names[a]) for a in ablations]
-    pages = {INDEX: Page("GRPO run explorer", _script_json({**common, "ablations": [], "overview": overview}))}
-    for ablation, payload in payloads.items():
+
+    def overview() -> dict:
+        lines = [{**ablation_overview(a, split[a]), "page": names[a]} for a in ablations]
+        return {**common, "ablations": [], "overview": [_overview_line(line) for line in lines]}
+
+    listed = [[a, names[a], tables_digest(split[a], OVERVIEW_TABLES)] for a in ablations]
+    pages = {INDEX: Page("GRPO run explorer", inputs(listed), overview)}
+    for ablation in ablations:
         pages[names[ablation]] = Page(
             f"{ablation or 'unassigned'} · GRPO run explorer",
-            _script_json({**common, "ablations": [payload], "index": f"../{INDEX}"}),
+            inputs(ablation, digests[ablation]),
+            functools.partial(_ablation_page, common, ablation, split[ablation]),
         )
     return pages
+
+
+def _overview_line(line: dict) -> dict:
+    """An ablation's line on the index page, in the page's key order."""
+    return {key: line[key] for key in ("name", "page", "runs", "contrasts")}
+
+
+def _ablation_page(common: dict, ablation: str | None, tables: ExplorerTables) -> dict:
+    return {**common, "ablations": [ablation_payload(ablation, tables)], "index": f"../{INDEX}"}
 
 
 def explorer_pages(tables: ExplorerTables, settings: ExplorerSettings, library: str | None = None) -> dict[str, bytes]:

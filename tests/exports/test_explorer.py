@@ -246,27 +246,31 @@ def test_the_asset_writes_only_changed_pages_and_removes_stale_ones(tmp_path, ta
     assert [a["name"] for a in page_data((folder / "index.html").read_bytes())["ablations"]] == ["abl", "other"]
 
 
-def test_a_change_to_one_runs_epochs_renders_its_ablations_page_alone(tmp_path, tables, monkeypatch):
+# Per table a column of r_short's rows to change, and the pages that show it: r_short's ablation ("third"), and the
+# index when the table is one the index lists (the runs' summaries, not their epochs or snapshots).
+ONE_RUN_CHANGES = {
+    "epoch_metrics": ("mean_reward", ["third · GRPO run explorer"]),
+    "run_summary": ("final_reward", ["GRPO run explorer", "third · GRPO run explorer"]),
+    "snapshots": ("epoch", ["third · GRPO run explorer"]),
+}
+
+
+@pytest.mark.parametrize("table", ONE_RUN_CHANGES)
+def test_a_change_to_one_run_renders_the_pages_showing_it_alone(tmp_path, tables, monkeypatch, table):
     built = explorer_build_tables(many_ablations(tables))
     write_build_db(tmp_path / "kept", built)
     record_fingerprints(tmp_path / "kept", {name: "before" for name in built})
     materialize(tmp_path / "kept")
-    one_run_changed = {
-        **built,
-        "epoch_metrics": built["epoch_metrics"].with_columns(
-            mean_reward=pl.when(pl.col("run_id") == "r_short")
-            .then(pl.col("mean_reward") + 0.5)
-            .otherwise(pl.col("mean_reward"))
-        ),
-    }
+    column, showing = ONE_RUN_CHANGES[table]
+    changed = pl.when(pl.col("run_id") == "r_short").then(pl.col(column) + 1).otherwise(pl.col(column))
+    one_run_changed = {**built, table: built[table].with_columns(changed.alias(column))}
     write_build_db(tmp_path / "kept", one_run_changed)
     record_fingerprints(tmp_path / "kept", {name: "after" for name in built})
     rendered, render = [], Page.render
     monkeypatch.setattr(Page, "render", lambda page, library: rendered.append(page.title) or render(page, library))
     result = materialize(tmp_path / "kept")
-    # r_short's ablation; not the index, which lists the runs' summaries, not their epochs
-    assert rendered == ["third · GRPO run explorer"]
-    assert result.get_asset_materialization_events()[0].materialization.metadata["grpo/rewritten"].value == 1
+    assert sorted(rendered) == showing
+    assert result.get_asset_materialization_events()[0].materialization.metadata["grpo/rewritten"].value == len(showing)
 
     write_build_db(tmp_path / "fresh", one_run_changed)
     materialize(tmp_path / "fresh")

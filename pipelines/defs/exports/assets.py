@@ -377,11 +377,11 @@ def explorer_metadata(folder: Path, pages: list[str], size: int, rewritten: int)
 
 
 def page_digests(pages: dict[str, Page], library: str) -> dict[str, tuple[Page, str]]:
-    """Each page with a digest of everything its bytes are made of: its title and data, the charting library, and
-    the exports' code (the explorer's style and script included)."""
+    """Each page with a digest of everything its bytes are made of: its title and inputs (Page.inputs), the charting
+    library, and the exports' code (the explorer's style and script, polars' version included)."""
     made_with = hashlib.sha256(library.encode() + CODE_VERSION.encode()).hexdigest()
     return {
-        name: (page, hashlib.sha256(f"{page.digest()}:{made_with}".encode()).hexdigest()[:16])
+        name: (page, hashlib.sha256(f"{page.title}\0{page.inputs}:{made_with}".encode()).hexdigest()[:16])
         for name, page in pages.items()
     }
 
