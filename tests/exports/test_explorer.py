@@ -188,7 +188,8 @@ def many_ablations(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     runs = pl.concat([tables["runs"], extra]).with_columns(
         ablation=pl.col("run_id").replace_strict({**names, "fifth_run": "fifth"})
     )
-    return {**tables, "runs": runs}
+    # the contrasts of one of them (the runs they name are not its own: the page lists them as given)
+    return {**tables, "runs": runs, "contrasts": tables["contrasts"].with_columns(ablation=pl.lit("a b"))}
 
 
 def test_many_ablations_get_a_page_each_listed_on_the_index(tables):
@@ -206,6 +207,10 @@ def test_many_ablations_get_a_page_each_listed_on_the_index(tables):
     for line in index["overview"]:
         own = page_data(pages[line["page"]])
         assert [a["name"] for a in own["ablations"]] == [line["name"]] and own["index"] == "../index.html"
+        # the index makes its lines from the whole tables at once: the same runs and contrasts as the page's
+        assert {key: own["ablations"][0][key] for key in ("name", "runs", "contrasts")} == {
+            key: line[key] for key in ("name", "runs", "contrasts")
+        }
 
 
 def materialize(warehouse) -> dg.ExecuteInProcessResult:
