@@ -186,7 +186,10 @@ def test_the_whole_build_is_judged_against_its_references_and_its_parts():
         for c in check_targets(
             {
                 "scale 10x": {"scale": 10, "summary": {**base, **ratios}},
-                "scale 100x": {"scale": 100, "summary": {**base, **ratios}},
+                "scale 100x": {
+                    "scale": 100,
+                    "summary": {**base, **ratios, "build_one_file_share": 0.049, "build_one_file_cpu_share": 0.05},
+                },
             }
         )
     }
@@ -195,6 +198,10 @@ def test_the_whole_build_is_judged_against_its_references_and_its_parts():
     assert verdicts[("scale 100x", "fresh whole build / ingest alone (process wall)")] is False  # 8x, bar 3x
     assert ("scale 10x", "fresh whole build / ingest alone (process wall)") not in verdicts
     assert verdicts[("scale 10x", "ingest steps in the build / ingest alone")] is True  # exactly 1.25x
+    one_file = "whole build after one new epoch file / fresh build"
+    assert verdicts[("scale 100x", f"{one_file} (process wall)")] is True  # 4.9%
+    assert verdicts[("scale 100x", f"{one_file} (cpu)")] is False  # exactly 5%
+    assert ("scale 10x", f"{one_file} (cpu)") not in verdicts  # judged at 100x
     assert verdicts[("scale 10x", "bootstrap_means / fresh whole build")] is True
     assert verdicts[("scale 10x", "figure files of one ablation (cpu, median)")] is False  # 0.35 s
     assert verdicts[("scale 10x", 'grpo-warehouse sql "select 1" (process wall, median)')] is True
