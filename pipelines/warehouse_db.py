@@ -334,13 +334,34 @@ def publish(
         with duckdb.connect(str(folder / "build.duckdb")) as con:
             con.execute("checkpoint")
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(folder / "build.duckdb", tmp)
+        _copy_file(folder / "build.duckdb", tmp)
         _keep_only_tables(tmp, tables, storage_version)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
         _fsync_dir(target.parent)
     return target
+
+
+# Linux's ioctl that makes a file share another's blocks, copied on write (Btrfs, XFS, bcachefs; not ext4).
+_FICLONE = 0x40049409
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """Copies source to target: as a clone sharing its blocks where the file system makes copy-on-write clones (next
+    to no time and no disk, whatever the size), else byte for byte (at 100x, 0.5-1 s for 600 MB)."""
+    try:
+        import fcntl  # POSIX only
+    except ImportError:
+        fcntl = None
+    if fcntl is not None:
+        with open(source, "rb") as src, open(target, "wb") as dst:
+            try:
+                fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+                return
+            except OSError:
+                pass  # no clones on this file system (or across two): copy
+    shutil.copyfile(source, target)
 
 
 def _keep_only_tables(path: Path, tables: Iterable[str] | None, storage_version: str) -> None:
