@@ -13,6 +13,7 @@
 -- the window's epochs worth of independent ones (the variance of one epoch over that of the window mean);
 -- matched_iqm: the interquartile mean of the window (the middle half of its values after dropping floor(n/4) at
 -- each end, as rliable's IQM); matched_std_error and matched_ci_df are what ablation_contrasts combines for two runs.
+-- Incremental on run_id: a run's row reads its own epochs and its ablation's horizon (run_horizons).
 with epochs as (
     select
         run_id,
@@ -30,11 +31,12 @@ snapshot_ids as (
     from fact_epochs
 ),
 
-runs as (
+matched_horizons as (
     select
         run_id,
-        ablation
-    from dim_runs
+        ablation,
+        matched_horizon
+    from run_horizons
 ),
 
 -- `order by` in the averages fixes their summation order: a rebuild gives identical numbers at any thread count;
@@ -51,14 +53,14 @@ spans as (
     group by run_id
 ),
 
--- a run missing from dim_runs is an ablation of its own
+-- each run's ablation and its compute-matched horizon, computed across the ablation's runs by run_horizons
 horizons as (
     select
         spans.*,
-        coalesce(runs.ablation, spans.run_id) as ablation,
-        min(spans.last_epoch) over (partition by coalesce(runs.ablation, spans.run_id)) as matched_horizon
+        matched_horizons.ablation,
+        matched_horizons.matched_horizon
     from spans
-    left join runs using (run_id)
+    inner join matched_horizons using (run_id)
 ),
 
 ranked as (

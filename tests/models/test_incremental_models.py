@@ -88,10 +88,12 @@ def test_the_incremental_models_are_the_run_local_ones():
         "fact_trajectories",
         "group_metrics",
         "reward_breakdowns",
+        "run_summary",
         "value_warnings",
     ]
-    # Not run_summary: its compute-matched horizon depends on the other runs of the ablation.
-    assert MODELS["run_summary"].incremental_key is None
+    # run_summary reads the one thing that depends on the other runs of an ablation, its compute-matched horizon,
+    # from run_horizons, which is rebuilt whole (and cheap).
+    assert MODELS["run_horizons"].incremental_key is None
 
 
 @pytest.mark.slow
@@ -130,12 +132,13 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
     assert {done[name] for name in READING_TRAJECTORIES} == {"rebuilt"}
 
     # A run the warehouse has not seen: lake.runs and dim_runs gain its row, and each other run's rows are the same.
-    # Only two epochs long, it moves the ablation's matched horizon to epoch 1, and so every run's matched window.
+    # Only two epochs long, it moves the ablation's matched horizon to epoch 1, and so every run's summary and
+    # matched window.
     for epoch in range(2):
         write_epoch(release / "run_d", epoch, targeted(epoch))
     assert build_and_compare(tmp_path, build, capsys, release) == {
         name: "1 run_id(s) computed again" for name in INCREMENTAL
-    } | {"bootstrap_means": "4 run_id(s) computed again"}
+    } | {"bootstrap_means": "4 run_id(s) computed again", "run_summary": "4 run_id(s) computed again"}
 
     # A run gone: its rows leave every table.
     shutil.rmtree(release / "run_b")

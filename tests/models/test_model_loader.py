@@ -9,6 +9,7 @@ from pipelines.warehouse_db import LAKE_VIEWS
 MARTS = [
     "epoch_metrics",
     "group_metrics",
+    "run_horizons",
     "run_summary",
     "snapshots",
     "ablation_contrasts",
@@ -25,7 +26,8 @@ def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
         assert models[name].layer == "marts"
         assert len(models[name].description) > 40
     assert set(models["epoch_metrics"].model_deps) == {"fact_epochs", "fact_trajectories", "group_metrics"}
-    assert set(models["run_summary"].model_deps) == {"epoch_metrics", "fact_epochs", "dim_runs"}
+    assert set(models["run_horizons"].model_deps) == {"epoch_metrics", "dim_runs"}
+    assert set(models["run_summary"].model_deps) == {"epoch_metrics", "fact_epochs", "run_horizons"}
     assert set(models["ablation_contrasts"].model_deps) == {
         "run_summary",
         "matched_window_values",
