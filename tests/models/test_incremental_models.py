@@ -117,6 +117,11 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
     done = build_and_compare(tmp_path, build, capsys, release)
     assert done == {name: "1 run_id(s) computed again" for name in INCREMENTAL}
 
+    # run_a, already the longest, one epoch longer: its summary alone is computed again, and its horizon is still
+    # the ablation's (epoch 2, the others' last), which its own epochs alone would not give
+    write_epoch(release / "run_a", 4, targeted(4))
+    assert build_and_compare(tmp_path, build, capsys, release)["run_summary"] == "1 run_id(s) computed again"
+
     assert set(build_and_compare(tmp_path, build, capsys, release).values()) == {"inputs unchanged, table kept"}
 
 
