@@ -35,6 +35,15 @@ def ingest(release, lake) -> dict:
     return {r.run_id: r for r in ingest_runs(list(runs.values()), lake, LIMIT, workers=1)}
 
 
+def both_lakes(tmp_path, prefix: str):
+    """The release ingested into a lake on disk and into one under a bucket prefix; (local lake, lake in bucket)."""
+    release, local, remote = tmp_path / "rel", tmp_path / "lake", lake_root(prefix)
+    write_release(release)
+    ingest(release, local)
+    ingest(release, remote)
+    return local, remote
+
+
 def partitions(lake) -> dict:
     """Every run's partition of every per-run table, as frames."""
     return {
@@ -58,11 +67,7 @@ def objects(fs, prefix: str) -> dict[str, tuple]:
 
 def test_a_lake_in_a_bucket_holds_what_a_lake_on_disk_does_and_nothing_else(bucket, tmp_path):
     fs, name = bucket
-    release, local, remote = tmp_path / "rel", tmp_path / "lake", lake_root(f"s3://{name}/the lake")
-    write_release(release)
-    ingest(release, local)
-    ingest(release, remote)
-
+    local, remote = both_lakes(tmp_path, f"s3://{name}/the lake")
     assert list(lake_runs(remote)) == list(RUNS) == list(lake_runs(local))
     assert same_partitions(local, remote)
     # The same files, and no temporary object beside them: each was put whole, nothing renamed.
@@ -76,10 +81,7 @@ def test_a_lake_in_a_bucket_holds_what_a_lake_on_disk_does_and_nothing_else(buck
 def test_duckdb_reads_the_lake_in_a_bucket_through_the_registered_filesystem(bucket, tmp_path):
     fs, name = bucket
     # A prefix DuckDB and fsspec would take for a pattern, and a hive partition, if the lake's paths were not names.
-    release, local, remote = tmp_path / "rel", tmp_path / "lake", lake_root(f"s3://{name}/we[ir]d*?=x lake")
-    write_release(release)
-    ingest(release, local)
-    ingest(release, remote)
+    local, remote = both_lakes(tmp_path, f"s3://{name}/we[ir]d*?=x lake")
     assert list(lake_runs(remote)) == list(RUNS)
     rows = {}
     for lake in (local, remote):
