@@ -175,11 +175,12 @@ def _object_lake_runs(lake: LakePath) -> dict[str, str]:
     return dict(sorted((known[key], key) for key in keys if key in known))
 
 
-def table_stamps(lake: LakePath, table: str) -> dict[str, str]:
+def table_stamps(lake: LakePath, table: str, runs: dict[str, str] | None = None) -> dict[str, str]:
     """The stamp (lake_store.file_stamp) of each run's partition of a per-run lake table (RUN_TABLES), by run id, in
-    run id order; runs without one are absent. In a bucket, from one listing of the table's prefix."""
+    run id order; runs (default: lake_runs) without one are absent. In a bucket, from one listing of the table's
+    prefix."""
     lake = lake_root(lake)
-    runs = lake_runs(lake)
+    runs = lake_runs(lake) if runs is None else runs
     if in_bucket(lake):
         listed = object_stamps(lake / table)
         stamps = ((run_id, listed.get(str(lake / table / key / "data.parquet"))) for run_id, key in runs.items())

@@ -179,7 +179,8 @@ def lake_fingerprint(lake: LakePath, tables: Iterable[str] | None = None) -> str
         if tables is not None and view not in tables:
             continue
         if view in RUN_TABLES:
-            stamps = {f"{view}/{runs[run]}/data.parquet": stamp for run, stamp in table_stamps(lake, view).items()}
+            found = table_stamps(lake, view, runs)
+            stamps = {f"{view}/{runs[run]}/data.parquet": stamp for run, stamp in found.items()}
         else:
             stamps = {f"{view}.parquet": file_stamp(lake / f"{view}.parquet")}
         digest.update("".join(f"{name}:{stamp};" for name, stamp in stamps.items() if stamp is not None).encode())
