@@ -136,7 +136,8 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--scale-out",
         action="store_true",
-        help="also ingest from an S3 server on loopback (moto) and build on two Dask workers (docs/scale-out.md)",
+        help="also ingest from and into an S3 server on loopback (moto), build with the lake there, and build on two "
+        "Dask workers (docs/scale-out.md)",
     )
 
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
