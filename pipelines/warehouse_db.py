@@ -109,21 +109,22 @@ def _columns(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, str]:
     return dict(con.execute(f"select column_name, column_type from (describe select * from {source})").fetchall())
 
 
-def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> str:
-    """The files read as one table (parquet_source). A column that is a STRUCT or LIST in one file and of another
-    type in another (a per-trajectory extra typed in one run, kept as JSON text in the next) is read as JSON text
-    from every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
+def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> tuple[str, list[str]]:
+    """The files read as one table (parquet_source), and its column names. A column that is a STRUCT or LIST in one
+    file and of another type in another (a per-trajectory extra typed in one run, kept as JSON text in the next) is
+    read as JSON text from every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
     source = parquet_source(files)
-    nested = [name for name, column_type in _columns(con, source).items() if _nested(column_type)]
+    columns = _columns(con, source)
+    nested = [name for name, column_type in columns.items() if _nested(column_type)]
     if not nested:
-        return source
+        return source, list(columns)
     groups: dict[tuple, list[Path]] = {}
     for file in files:
         types = _columns(con, parquet_source([file]))
         groups.setdefault(tuple(types.get(name) for name in nested), []).append(file)
     differing = {name for i, name in enumerate(nested) if len({types[i] for types in groups} - {None}) > 1}
     if not differing:
-        return source
+        return source, list(columns)
     parts = []
     for types, group in groups.items():
         as_json = [
@@ -133,14 +134,15 @@ def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> str:
         ]
         replace = f" replace ({', '.join(as_json)})" if as_json else ""
         parts.append(f"select *{replace} from {parquet_source(group)}")
-    return "(" + " union all by name ".join(parts) + ")"
+    union = "(" + " union all by name ".join(parts) + ")"
+    return union, list(_columns(con, union))
 
 
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
     """(Re)defines the lake.* views over the Parquet lake; a table with no file yet is an empty view.
 
     A view is kept when its files are those it was made over (paths, sizes and mtimes): each model that reads the
-    lake asks for the views, and at 100x making them takes 0.3 s (DuckDB reads every file's schema, twice).
+    lake asks for the views, and making them reads every file's schema (in a bucket, a few requests a file).
     """
     con.execute("create schema if not exists lake")
     con.execute(f"create schema if not exists {BOOKKEEPING}")
@@ -158,10 +160,9 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
             continue
         files = view_files(lake, view)
         if files:
-            source = lake_source(con, files)
+            source, names = lake_source(con, files)
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
             # which runs the lake holds.
-            names = [name for name, *_ in con.execute(f"describe select * from {source}").fetchall()]
             body = f"select {', '.join(sql_identifier(name) for name in column_order(names, schema))} from {source}"
         else:
             body = _empty_select(schema)
