@@ -108,19 +108,21 @@ def test_a_flag_overrides_a_bad_variable(monkeypatch):
     assert (config.workers, config.settle_seconds) == (2, 5)
 
 
-def _lake_of(release, lake):
+@pytest.fixture
+def refusal(tmp_path, release):
+    """removal_refusal for a lake that took the release's runs, given the release folders of a later build."""
+    lake = tmp_path / "lake"
     runs, _, _ = find_run_folders([release])
     ingest_runs(list(runs.values()), lake, 1 << 20, workers=1)
-
-
-def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp_path, release):
-    lake = tmp_path / "lake"
-    _lake_of(release, lake)
 
     def refusal(roots, remove=()):
         runs, _, _ = find_run_folders(roots)
         return removal_refusal(roots, runs, lake, remove)
 
+    return refusal
+
+
+def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp_path, release, refusal):
     # One run folder gone from a release that still holds runs: it leaves, as it always did.
     (release / "run_b").rename(tmp_path / "run_b_moved")
     assert refusal([release]) is None
@@ -141,14 +143,7 @@ def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp
     assert refusal([release], remove=["rel"]) is None
 
 
-def test_runs_are_not_removed_when_their_release_name_now_stands_for_another_folder(tmp_path, release):
-    lake = tmp_path / "lake"
-    _lake_of(release, lake)
-
-    def refusal(roots, remove=()):
-        runs, _, _ = find_run_folders(roots)
-        return removal_refusal(roots, runs, lake, remove)
-
+def test_runs_are_not_removed_when_their_release_name_now_stands_for_another_folder(tmp_path, release, refusal):
     # Another folder named like the release, with runs of its own: the warehouse's runs did not leave it.
     other = tmp_path / "b" / "rel"
     write_epoch_file(other / "run_c", 0)
