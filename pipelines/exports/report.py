@@ -370,16 +370,25 @@ def _figure_lines(ablation: str | None, settings: ReportSettings) -> list[str]:
     ]
 
 
-def ablation_section(
+@dataclass(frozen=True)
+class SectionParts:
+    """What one ablation's section is made of: its first paragraph and its tables (None: the section has none)."""
+
+    lead: str
+    runs: str
+    contrasts: str | None
+    snapshots: str | None
+
+
+def section_parts(
     ablation: str | None,
     runs: pl.DataFrame,
     summary: pl.DataFrame,
     contrasts: pl.DataFrame,
     snapshots: pl.DataFrame,
     settings: ReportSettings,
-    full: bool = True,
-) -> list[str]:
-    """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
+) -> SectionParts:
+    """The parts of one ablation's section, from the whole tables."""
     members = _of_ablation(runs, "ablation", ablation).sort("run_id")
     ids = members["run_id"].to_list()
     summary = summary.filter(pl.col("run_id").is_in(ids))
@@ -388,8 +397,18 @@ def ablation_section(
         (pl.col("run_a").is_in(ids) & pl.col("run_b").is_in(ids)) | (pl.col("unit") == "runs")
     )
     snapshots = snapshots.filter(pl.col("run_id").is_in(ids))
+    return SectionParts(
+        lead=_section_lead(members, summary, contrasts, settings),
+        runs=runs_table(members, summary, settings),
+        contrasts=contrasts_table(contrasts, settings) if contrasts.height else None,
+        snapshots=snapshots_table(summary, snapshots) if snapshots.height else None,
+    )
+
+
+def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSettings, full: bool = True) -> list[str]:
+    """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
     name = ablation or "unassigned"
-    lines = ["", f"## Ablation `{name}`", "", _section_lead(members, summary, contrasts, settings)]
+    lines = ["", f"## Ablation `{name}`", "", parts.lead]
     if full:
         lines += _figure_lines(ablation, settings)
     lines += [
@@ -402,9 +421,9 @@ def ablation_section(
         "*IQM*: the interquartile mean of its window; *effective n*: how many independent epochs the window is "
         "worth.",
         "",
-        runs_table(members, summary, settings),
+        parts.runs,
     ]
-    if contrasts.height:
+    if parts.contrasts is not None:
         lines += [
             "",
             "### Pairwise contrasts of the matched reward",
@@ -414,18 +433,33 @@ def ablation_section(
             "about these two runs, not their configurations (seeds would make it one); unit *runs*: run A "
             "and run B are arms of several seeds, compared by the IQM of their runs.",
             "",
-            contrasts_table(contrasts, settings),
+            parts.contrasts,
         ]
-    if full and snapshots.height:
+    if full and parts.snapshots is not None:
         lines += [
             "",
             "### Snapshots",
             "",
             "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",
             "",
-            snapshots_table(summary, snapshots),
+            parts.snapshots,
         ]
     return lines
+
+
+def ablation_section(
+    ablation: str | None,
+    runs: pl.DataFrame,
+    summary: pl.DataFrame,
+    contrasts: pl.DataFrame,
+    snapshots: pl.DataFrame,
+    settings: ReportSettings,
+    full: bool = True,
+) -> list[str]:
+    """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
+    return section_lines(
+        ablation, section_parts(ablation, runs, summary, contrasts, snapshots, settings), settings, full
+    )
 
 
 def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.DataFrame) -> str | None:
@@ -475,7 +509,20 @@ def render_report(
 ) -> str:
     """The whole report.md, one section per ablation of dim_runs; no timestamps, so unchanged tables give the same
     bytes."""
+    return render_report_and_headlines(runs, summary, contrasts, snapshots, settings)[0]
+
+
+def render_report_and_headlines(
+    runs: pl.DataFrame,
+    summary: pl.DataFrame,
+    contrasts: pl.DataFrame,
+    snapshots: pl.DataFrame,
+    settings: ReportSettings = ReportSettings(),
+) -> tuple[str, str]:
+    """report.md (render_report) and the UI's headlines (render_headlines), each ablation's parts made once for
+    both."""
     ablations = ordered_ablations(runs)
+    parts = {a: section_parts(a, runs, summary, contrasts, snapshots, settings) for a in ablations}
     lines = [
         "# GRPO ablation report",
         "",
@@ -491,11 +538,12 @@ def render_report(
         "beside this file as CSV and Parquet, and in `warehouse.duckdb`.",
     ]
     for ablation in ablations:
-        lines += ablation_section(ablation, runs, summary, contrasts, snapshots, settings)
+        lines += section_lines(ablation, parts[ablation], settings)
     model_name = winner_model_name(runs, summary, snapshots)
     if model_name:
         lines += ["", "## Calling a snapshot", "", how_to_call(model_name)]
-    return "\n".join(lines) + "\n"
+    headlines = [line for a in ablations for line in section_lines(a, parts[a], settings, full=False)]
+    return "\n".join(lines) + "\n", "\n".join(headlines).strip() + "\n"
 
 
 def render_headlines(

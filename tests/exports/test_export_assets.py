@@ -124,7 +124,9 @@ def renders(monkeypatch):
         export_assets, "draw_figures", counting("figures", export_assets.draw_figures, lambda jobs, *_: len(jobs))
     )
     monkeypatch.setattr(export_assets, "table_files", counting("tables", export_assets.table_files))
-    monkeypatch.setattr(export_assets, "render_report", counting("report", export_assets.render_report))
+    monkeypatch.setattr(
+        export_assets, "render_report_and_headlines", counting("report", export_assets.render_report_and_headlines)
+    )
     return counts
 
 

@@ -6,7 +6,7 @@ import re
 import polars as pl
 import pytest
 
-from pipelines.exports.report import ReportSettings, render_headlines, render_report
+from pipelines.exports.report import ReportSettings, render_headlines, render_report, render_report_and_headlines
 
 
 def section(text: str, heading: str) -> str:
@@ -155,6 +155,9 @@ def test_headlines_for_the_ui_leave_out_figure_and_snapshots(tables):
     text = render_headlines(tables["runs"], tables["summary"], tables["contrasts"])
     assert "Winner at the compute-matched horizon" in text and "### Runs" in text
     assert "![" not in text and "### Snapshots" not in text
+    # the asset makes both from each ablation's parts at once: the same texts
+    both = render_report_and_headlines(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"])
+    assert both == (render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"]), text)
 
 
 def test_runs_without_an_ablation_get_their_own_section(tables):

@@ -28,7 +28,7 @@ from pipelines.exports.explorer import (
 )
 from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw_figures
 from pipelines.exports.files import table_files, write_if_changed
-from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_headlines, render_report
+from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_report_and_headlines
 from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, record, recorded_metadata
 from pipelines.warehouse_db import build_dir, model_fingerprints
 
@@ -348,11 +348,12 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
         },
         REPORT_INPUTS,
     )
-    text = render_report(tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings)
+    text, headline = render_report_and_headlines(
+        tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings
+    )
     content = text.encode()
     rewritten = write_if_changed(path, content)
     context.log.info(f"{path} {'written' if rewritten else 'unchanged'}")
-    headline = render_headlines(tables["runs"], tables["summary"], tables["contrasts"], settings)
     version = content_version({"report.md": content})
     record(
         folder,
