@@ -7,7 +7,9 @@ import math
 import multiprocessing
 import os
 import re
+import warnings
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING
@@ -175,7 +177,7 @@ def ablation_figure(
 
     members, epochs, summary = ablation_inputs(ablation, runs, epochs, summary)
     run_ids = members["run_id"].to_list()
-    labels = {r: (lbl or r) for r, lbl in zip(run_ids, members["label"].to_list(), strict=True)}
+    labels = {r: printable(lbl or r) for r, lbl in zip(run_ids, members["label"].to_list(), strict=True)}
     colours = run_colours(run_ids)
     data = with_bands(epochs, smoothing)
     horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})
@@ -203,7 +205,8 @@ def ablation_figure(
 
     horizon_text = f", compute-matched at epoch {horizons[0]}" if len(horizons) == 1 else ""
     fig.suptitle(
-        f"Ablation “{ablation or 'unassigned'}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}{horizon_text}",
+        f"Ablation “{printable(ablation or 'unassigned')}”: {len(run_ids)} run{'s' if len(run_ids) != 1 else ''}"
+        f"{horizon_text}",
         fontsize=14,
         fontweight="bold",
     )
@@ -375,6 +378,24 @@ def _legends(fig, ax_reward, ax_entropy, run_ids: list[str], smoothing: Smoothin
         )
 
 
+def printable(name: str) -> str:
+    """A name as a figure can show it: a tab, a newline or another control character as its escape (`\\t`), which no
+    font draws."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
+@contextmanager
+def _quietly():
+    """Drawing without matplotlib's warnings of a glyph the fonts lack (drawn as a box; the tables hold the exact
+    name) or of tick arithmetic that overflows on huge values (value_warnings reports those): none is a step a user
+    could take, and each would print a warning line for every figure."""
+    import numpy as np
+
+    with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+        warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+        yield
+
+
 def render(fig: Figure, fmt: str, dpi: int = FIGURE_DPI) -> bytes:
     """The figure as PNG, SVG or JPEG bytes; the same figure always gives the same bytes."""
     import matplotlib
@@ -383,7 +404,7 @@ def render(fig: Figure, fmt: str, dpi: int = FIGURE_DPI) -> bytes:
         return png_bytes(raster(fig, dpi), dpi)
     buffer = io.BytesIO()
     extra = {"pil_kwargs": {"quality": 80}} if fmt in ("jpg", "jpeg") else {"metadata": _NO_DATE.get(fmt)}
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_RC), _quietly():
         fig.savefig(buffer, format=fmt, dpi=dpi, facecolor="white", **extra)
     return buffer.getvalue()
 
@@ -398,7 +419,8 @@ def raster(fig: Figure, dpi: int = FIGURE_DPI) -> Image.Image:
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
     fig.set_dpi(dpi)
     fig.set_facecolor("white")
-    canvas.draw()
+    with _quietly():
+        canvas.draw()
     pixels = canvas.buffer_rgba()
     return Image.frombuffer("RGBA", (pixels.shape[1], pixels.shape[0]), pixels).convert("RGB")
 

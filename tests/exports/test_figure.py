@@ -1,6 +1,7 @@
 """The ablation figure, checked through matplotlib's own objects: series, labels, legend, horizon, band."""
 
 import math
+import warnings
 
 import polars as pl
 import pytest
@@ -57,6 +58,20 @@ def test_the_intervals_key_names_what_the_method_allows_for(tables, ci_method, k
     fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"], Smoothing(ci_method=ci_method))
     keys = [t.get_text() for t in fig.axes[0].get_legend().get_texts() if "interval" in t.get_text()]
     assert len(keys) == 1 and kind in keys[0]
+
+
+def test_names_no_font_draws_are_shown_escaped_and_drawn_without_warnings(tables):
+    runs = tables["runs"].with_columns(
+        label=pl.when(pl.col("run_id") == "r_mid").then(pl.lit("tab\there")).otherwise(pl.lit("訓練\x07")),
+        ablation=pl.col("ablation").replace("abl", "abl\n2"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig = ablation_figure("abl\n2", runs, tables["epochs"], tables["summary"])
+        figure_files("abl\n2", fig)
+    assert [str(w.message) for w in caught] == []
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["訓練\\x07", "tab\\there", "訓練\\x07"]
+    assert fig.get_suptitle().startswith("Ablation “abl\\n2”")
 
 
 def test_the_matched_horizon_is_marked_in_every_panel(tables):
