@@ -84,7 +84,7 @@ class WarehouseConfig(dg.ConfigurableResource):
     # How intervals are computed (docs/statistics.md): "reml" fits a trend + AR(1) drift + noise model by its exact
     # restricted likelihood and holds on autocorrelated curves up to slow drift; "ar1" fits the same model by
     # moments, with more power but too many false claims at slow drift; "iid" is the plain bootstrap of the
-    # window's epochs, too narrow on them, kept to reproduce earlier numbers.
+    # window's epochs, too narrow on them, for comparison with tools that report it.
     ci_method: Literal["ar1", "reml", "iid"] = "reml"
     ci_fit_epochs: int = 200  # the epochs up to the horizon the reml and ar1 models are fitted to
     breakdown_window: int = 50

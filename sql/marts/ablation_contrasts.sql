@@ -6,7 +6,7 @@
 -- the two runs' own matched standard errors (run_summary) with a normal quantile (its variances taken as known),
 -- `ar1` with a Welch t quantile; `iid` is the percentile interval of the differences of the two runs' bootstrap
 -- means (bootstrap_means: the window's epochs resampled as if independent, which autocorrelated epochs are not;
--- kept to reproduce earlier numbers). prob_improvement: the
+-- kept for comparison with tools that report it). prob_improvement: the
 -- share of (epoch of run_b, epoch of run_a) pairs of the two matched windows where run_b's mean reward is higher,
 -- ties counting one half (the Mann–Whitney count; descriptive, epochs are not independent). Such a claim is
 -- about these two runs, not about their configurations.
