@@ -22,10 +22,12 @@ from filelock import FileLock
 from pipelines.lake_store import (
     LakePath,
     exists,
+    file_stamp,
     in_bucket,
     lake_root,
     lock_folder,
     object_stamps,
+    real_location,
     write_bytes_atomically,
 )
 from pipelines.release.decode import DecodeError, EpochDoc, decode_parsed, parse_document
@@ -181,18 +183,10 @@ def table_stamps(lake: LakePath, table: str, runs: dict[str, str] | None = None)
     prefix."""
     lake = lake_root(lake)
     runs = lake_runs(lake) if runs is None else runs
-    if in_bucket(lake):
-        listed = object_stamps(lake / table)
-        stamps = ((run_id, listed.get(str(lake / table / key / "data.parquet"))) for run_id, key in runs.items())
-        return {run_id: stamp for run_id, stamp in stamps if stamp is not None}
-    found = {}
-    for run_id, key in runs.items():
-        try:
-            status = os.stat(lake / table / key / "data.parquet")
-        except FileNotFoundError:
-            continue
-        found[run_id] = f"{status.st_size}:{status.st_mtime_ns}"
-    return found
+    listed = object_stamps(lake / table) if in_bucket(lake) else None
+    paths = ((run_id, lake / table / key / "data.parquet") for run_id, key in runs.items())
+    stamps = ((run_id, file_stamp(path) if listed is None else listed.get(str(path))) for run_id, path in paths)
+    return {run_id: stamp for run_id, stamp in stamps if stamp is not None}
 
 
 def lake_files(lake: LakePath, table: str) -> list[LakePath]:
@@ -851,7 +845,7 @@ def _write_run(
         "run_id": run_id,
         "release": listing.run.release,
         # Which folder of that name it came from: another folder of the same name is not where its runs went.
-        "release_root": release_location(listing.run.release_root),
+        "release_root": real_location(listing.run.release_root),
         "files": {path: vars(o) for path, o in sorted(outcomes.items())},
         "skipped": [dict(vars(s)) for s in sorted(listing.skipped, key=_source_path)],
         "json_columns": kinds,
@@ -1058,11 +1052,6 @@ def remove_run(lake: LakePath, run_id: str) -> None:
             pass  # not there, or not empty (a temporary file of a write under way)
     manifest_file(lake, run_id).unlink(missing_ok=True)
     _run_id_file(lake, run_id).unlink(missing_ok=True)
-
-
-def release_location(root: Path | str) -> str:
-    """A release's folder as one string whatever way it was given (relative, through a link), or its bucket URL."""
-    return root if str(root).startswith(OBJECT_SCHEME) else os.path.realpath(root)
 
 
 def gone_runs(lake: LakePath, present) -> list[str]:

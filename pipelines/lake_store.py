@@ -43,9 +43,11 @@ def in_bucket(path) -> bool:
     return not isinstance(path, PurePath)
 
 
-def lake_id(lake: LakePath) -> str:
-    """The lake's location as one string: a folder's real path, a bucket's URL."""
-    return str(lake) if in_bucket(lake) else str(Path(lake).resolve())
+def real_location(location: str | os.PathLike) -> str:
+    """A place as one string however it was given (relative, through a link, a path object): a folder's real path,
+    a bucket prefix's URL as it is."""
+    text = str(location)
+    return text if text.startswith(OBJECT_SCHEME) else os.path.realpath(text)
 
 
 def exists(path: LakePath) -> bool:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
-from pipelines.lake import gone_runs, read_manifest, release_location
+from pipelines.lake import gone_runs, read_manifest
+from pipelines.lake_store import real_location
 from pipelines.release.discover import RunFolder, release_problem
 
 
@@ -47,7 +48,7 @@ def removal_refusal(
         return _missing_refusal(*sorted(missing.items())[0], release_roots)
     if elsewhere:
         (release, came_from), run_ids = sorted(elsewhere.items())[0]
-        now = sorted({release_location(r.release_root) for r in runs.values() if r.release == release})
+        now = sorted({real_location(r.release_root) for r in runs.values() if r.release == release})
         held = _held(release, run_ids)
         return (
             f"release {release!r} is now read from {', '.join(now)}, but the warehouse's {held} came from "
@@ -60,7 +61,7 @@ def removal_refusal(
 def _folders_of(release: str, runs: Mapping[str, RunFolder], lake: Path) -> set[str]:
     """The folders a release's runs are read from now, and those they were read from when the lake took them."""
     mine = [run for run in runs.values() if run.release == release]
-    return {release_location(run.release_root) for run in mine} | {
+    return {real_location(run.release_root) for run in mine} | {
         read_manifest(lake, run.run_id).get("release_root") for run in mine
     }
 

@@ -15,7 +15,7 @@ import polars as pl
 from filelock import FileLock, Timeout
 
 from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs, table_stamps
-from pipelines.lake_store import LakePath, file_stamp, lake_id, lake_root
+from pipelines.lake_store import LakePath, file_stamp, lake_root, real_location
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
@@ -155,7 +155,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
         ).fetchall()
     }
     for view, schema in LAKE_VIEWS.items():
-        fingerprint = f"{VIEWS_FORMAT}:{lake_id(lake_root(lake))}:{lake_fingerprint(lake, [view])}"
+        fingerprint = f"{VIEWS_FORMAT}:{real_location(lake_root(lake))}:{lake_fingerprint(lake, [view])}"
         if made.get(view) == fingerprint and view in present:
             continue
         files = view_files(lake, view)
