@@ -447,21 +447,6 @@ def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSet
     return lines
 
 
-def ablation_section(
-    ablation: str | None,
-    runs: pl.DataFrame,
-    summary: pl.DataFrame,
-    contrasts: pl.DataFrame,
-    snapshots: pl.DataFrame,
-    settings: ReportSettings,
-    full: bool = True,
-) -> list[str]:
-    """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
-    return section_lines(
-        ablation, section_parts(ablation, runs, summary, contrasts, snapshots, settings), settings, full
-    )
-
-
 def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.DataFrame) -> str | None:
     """The matched snapshot's model name of the winner of the largest ablation (any snapshot if there is none)."""
     for ablation in ordered_ablations(runs):
@@ -556,5 +541,6 @@ def render_headlines(
     empty = pl.DataFrame(schema={"run_id": pl.String, "role": pl.String, "epoch": pl.Int64, "model_name": pl.String})
     lines: list[str] = []
     for ablation in ordered_ablations(runs):
-        lines += ablation_section(ablation, runs, summary, contrasts, empty, settings, full=False)
+        parts = section_parts(ablation, runs, summary, contrasts, empty, settings)
+        lines += section_lines(ablation, parts, settings, full=False)
     return "\n".join(lines).strip() + "\n"
