@@ -117,7 +117,12 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
 
     definitions = build_definitions(config)
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
-    with _instance(persistent, config.executor) as instance, _planned_events_per_asset(not persistent):
+    # The build database stays open from the first step to the last, not opened and checkpointed again by each.
+    with (
+        _instance(persistent, config.executor) as instance,
+        _planned_events_per_asset(not persistent),
+        config.hold_build_db(),
+    ):
         result = _run_job(
             definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)), persistent, config
         )

@@ -7,7 +7,8 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -188,6 +189,43 @@ def lake_fingerprint(lake: LakePath, tables: Iterable[str] | None = None) -> str
     return digest.hexdigest()[:16]
 
 
+@dataclass
+class _Hold:
+    """A build database held by this process (hold_build_db): its connection once opened, closed with the hold."""
+
+    stack: ExitStack
+    con: duckdb.DuckDBPyConnection | None = None
+
+
+# The build databases this process holds (hold_build_db), by file.
+_HELD: dict[Path, _Hold] = {}
+# What a held database keeps in memory between two uses: its cache of table blocks is let go after each, as closing
+# it would, so that the processes a step starts (the figures' pool) do not run beside a full cache.
+_IDLE_MEMORY_LIMIT = "16MB"
+
+
+def _database_file(warehouse: Path) -> Path:
+    return build_dir(warehouse).absolute() / "build.duckdb"
+
+
+@contextmanager
+def hold_build_db(warehouse: Path) -> Iterator[None]:
+    """Keeps the build database open, and its lock held, from the first open_build_db of it in this process until the
+    block ends: each open_build_db meanwhile gets a cursor on the one connection. Opening the file reads its catalog
+    and closing it checkpoints, tens of milliseconds each, twice for every step of a build otherwise; another process
+    waits for the whole block instead of for one step."""
+    path = _database_file(warehouse)
+    if path in _HELD:
+        yield
+        return
+    with ExitStack() as stack:
+        _HELD[path] = _Hold(stack)
+        try:
+            yield
+        finally:
+            del _HELD[path]
+
+
 @contextmanager
 def open_build_db(
     warehouse: Path,
@@ -200,8 +238,32 @@ def open_build_db(
 
     DuckDB gets memory_limit (a DuckDB size such as "2GB"; default DEFAULT_MEMORY_LIMIT)
     and spills what does not fit to <warehouse>/.build/tmp. Opened for writing, a database written in another storage
-    version than storage_version is made anew (see _connect_for_writing).
+    version than storage_version is made anew (see _connect_for_writing). While this process holds the database
+    (hold_build_db): a cursor on the held connection, read_only or not.
     """
+    hold = _HELD.get(_database_file(warehouse))
+    if hold is None:
+        with _locked_build_db(warehouse, read_only, timeout, memory_limit, storage_version) as con:
+            yield con
+        return
+    if hold.con is None:
+        hold.con = hold.stack.enter_context(_locked_build_db(warehouse, False, timeout, memory_limit, storage_version))
+    cursor = hold.con.cursor()
+    try:
+        yield cursor
+    finally:
+        cursor.close()
+        try:
+            hold.con.execute(f"set memory_limit = {sql_string(_IDLE_MEMORY_LIMIT)}")
+        except duckdb.Error:
+            pass  # blocks still in use: let go after a later use, or with the hold
+        hold.con.execute(f"set memory_limit = {sql_string(memory_limit or DEFAULT_MEMORY_LIMIT)}")
+
+
+@contextmanager
+def _locked_build_db(
+    warehouse: Path, read_only: bool, timeout: float, memory_limit: str | None, storage_version: str
+) -> Iterator[duckdb.DuckDBPyConnection]:
     folder = build_dir(warehouse)
     folder.mkdir(parents=True, exist_ok=True)
     lock = FileLock(folder / "db.lock")
@@ -327,13 +389,16 @@ def publish(
     """
     folder = build_dir(warehouse)
     target = published_path(warehouse)
-    with FileLock(folder / "db.lock"):
+    hold = _HELD.get(_database_file(warehouse))
+    held = hold.con if hold is not None else None
+    with nullcontext() if held is not None else FileLock(folder / "db.lock"):
         # Every publisher holds the lock from copy to rename, so a temporary file found now was left by a
         # publish that was killed: it is garbage.
         for stale in target.parent.glob(f".{target.name}.*.tmp"):
             stale.unlink(missing_ok=True)
-        # Opening replays a WAL that a killed build may have left; the checkpoint folds it into the file we copy.
-        with duckdb.connect(str(folder / "build.duckdb")) as con:
+        # Opening replays a WAL that a killed build may have left; the checkpoint folds it into the file we copy (a
+        # held database stays open, idle, while it is copied).
+        with nullcontext(held) if held is not None else duckdb.connect(str(folder / "build.duckdb")) as con:
             con.execute("checkpoint")
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         _copy_file(folder / "build.duckdb", tmp)

@@ -30,6 +30,7 @@ from pipelines.warehouse_db import (
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_STORAGE_VERSION,
     duckdb_path_problem,
+    hold_build_db,
     lake_dir,
     open_build_db,
 )
@@ -171,6 +172,11 @@ class WarehouseConfig(dg.ConfigurableResource):
             memory_limit=self.duckdb_memory_limit,
             storage_version=self.duckdb_storage_version,
         )
+
+    def hold_build_db(self):
+        """The build database kept open by this process from its first use until the block ends
+        (warehouse_db.hold_build_db)."""
+        return hold_build_db(self.warehouse)
 
     @property
     def lake(self) -> LakePath:

@@ -2,6 +2,7 @@
 
 import json
 
+import duckdb
 import pytest
 from helpers import epoch_document
 
@@ -96,7 +97,9 @@ def test_sample_release_trajectories_match_the_files(sample_warehouse, query):
     assert query(wh, "select count(*) from fact_trajectories") == [(64 * (491 + 481 + 474 + 439 + 440),)]
 
 
-def test_second_build_with_no_change_parses_nothing(sample_warehouse, query):
+def test_second_build_with_no_change_parses_nothing_and_opens_the_build_database_once(
+    sample_warehouse, query, monkeypatch
+):
     from pipelines.cli import main
 
     releases, wh = sample_warehouse
@@ -104,11 +107,21 @@ def test_second_build_with_no_change_parses_nothing(sample_warehouse, query):
     partitions = sorted(path for table in RUN_TABLES for path in lake_files(wh / "lake", table))
     assert len(partitions) == 5 * 4
     before = {p: p.stat().st_mtime_ns for p in partitions}
+    opened = []
+    connect = duckdb.connect
+
+    def counting(database=":memory:", *args, **kwargs):
+        opened.append(str(database))
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", counting)
     argv = ["build", "--warehouse", str(wh), "--workers", "1"]
     for release in releases:
         argv += ["--release", str(release)]
     assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in partitions} == before
+    # Every step of the build works on the one connection the build holds, not on one of its own.
+    assert [path for path in opened if path.endswith("build.duckdb")] == [str(wh / ".build" / "build.duckdb")]
 
 
 def test_parameters_given_on_the_command_line_reach_the_models_of_that_build_only(tmp_path, write_epoch, build, query):
