@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies; tab10 takes over past eight runs.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
-# Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes.
-_RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "path"}
+# Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes. The SVG's text is text (a
+# third of its drawing time went to writing each glyph's outline), in the first of these fonts a viewer has, and in
+# its sans-serif face when it has none of them.
+SANS_SERIF = ["DejaVu Sans", "Bitstream Vera Sans", "Verdana", "Arial", "Helvetica", "Liberation Sans"]
+_RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "none", "font.sans-serif": SANS_SERIF}
 _NO_DATE = {"svg": {"Date": None}}
 FIGURE_INCHES = (14, 7.2)
 FIGURE_DPI = 150
@@ -183,7 +186,7 @@ def ablation_figure(
     horizons = sorted({int(h) for h in summary["matched_horizon"].drop_nulls().to_list()})
 
     # Drawn on an Agg canvas, never through pyplot: no display needed and no global figure state.
-    fig = Figure(figsize=FIGURE_INCHES)
+    fig = Figure(figsize=FIGURE_INCHES, dpi=FIGURE_DPI)
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(2, 2, width_ratios=[1.75, 1], **grid_margins(len(run_ids)))
     ax_reward = fig.add_subplot(grid[:, 0])
@@ -198,6 +201,7 @@ def ablation_figure(
     _draw_horizons(ax_reward, ax_zero, ax_entropy, horizons)
     _label_axes(ax_reward, ax_zero, ax_entropy, smoothing.window)
     _legends(fig, ax_reward, ax_entropy, run_ids, smoothing, final_window)
+    _pin_legends(fig)
     if not run_ids:
         ax_reward.text(0.5, 0.5, "no runs in this ablation", transform=ax_reward.transAxes, ha="center")
     elif data.is_empty():
@@ -378,6 +382,21 @@ def _legends(fig, ax_reward, ax_entropy, run_ids: list[str], smoothing: Smoothin
         )
 
 
+def _pin_legends(fig) -> None:
+    """Fixes each panel's key where matplotlib's "best" places it (the spot covering the fewest data), found once:
+    "best" tests every candidate spot against every point drawn, twice in each file written."""
+    from matplotlib.transforms import BboxTransformFrom
+
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:
+            ax.get_xlim(), ax.get_ylim()  # autoscales the panel first, as a draw does
+            with _drawing():
+                corner = legend.get_window_extent(renderer).p0
+            legend.set_loc(tuple(BboxTransformFrom(legend.get_bbox_to_anchor()).transform(corner)))
+
+
 def printable(name: str) -> str:
     """A name as a figure can show it: a tab, a newline or another control character as its escape (`\\t`), which no
     font draws."""
@@ -385,26 +404,25 @@ def printable(name: str) -> str:
 
 
 @contextmanager
-def _quietly():
-    """Drawing without matplotlib's warnings of a glyph the fonts lack (drawn as a box; the tables hold the exact
+def _drawing():
+    """Drawing with the figures' settings (_RC), and without matplotlib's warnings of a glyph the fonts lack (drawn as a box; the tables hold the exact
     name) or of tick arithmetic that overflows on huge values (value_warnings reports those): none is a step a user
     could take, and each would print a warning line for every figure."""
+    import matplotlib
     import numpy as np
 
-    with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+    with matplotlib.rc_context(_RC), warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
         warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
         yield
 
 
 def render(fig: Figure, fmt: str, dpi: int = FIGURE_DPI) -> bytes:
     """The figure as PNG, SVG or JPEG bytes; the same figure always gives the same bytes."""
-    import matplotlib
-
     if fmt == "png":
         return png_bytes(raster(fig, dpi), dpi)
     buffer = io.BytesIO()
     extra = {"pil_kwargs": {"quality": 80}} if fmt in ("jpg", "jpeg") else {"metadata": _NO_DATE.get(fmt)}
-    with matplotlib.rc_context(_RC), _quietly():
+    with _drawing():
         fig.savefig(buffer, format=fmt, dpi=dpi, facecolor="white", **extra)
     return buffer.getvalue()
 
@@ -419,7 +437,7 @@ def raster(fig: Figure, dpi: int = FIGURE_DPI) -> Image.Image:
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
     fig.set_dpi(dpi)
     fig.set_facecolor("white")
-    with _quietly():
+    with _drawing():
         canvas.draw()
     pixels = canvas.buffer_rgba()
     return Image.frombuffer("RGBA", (pixels.shape[1], pixels.shape[0]), pixels).convert("RGB")
@@ -448,7 +466,7 @@ def preview_jpeg(image: Image.Image) -> bytes:
 
     size = (round(image.width * PREVIEW_SCALE), round(image.height * PREVIEW_SCALE))
     buffer = io.BytesIO()
-    image.resize(size, Image.Resampling.LANCZOS).save(buffer, format="jpeg", quality=80)
+    image.resize(size, Image.Resampling.LANCZOS, reducing_gap=1.0).save(buffer, format="jpeg", quality=80)
     return buffer.getvalue()
 
 
