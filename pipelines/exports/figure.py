@@ -441,8 +441,17 @@ def raster(fig: Figure, dpi: int = FIGURE_DPI) -> Image.Image:
     fig.set_facecolor("white")
     with _drawing():
         canvas.draw()
+    _pin_titles(fig)
     pixels = canvas.buffer_rgba()
     return Image.frombuffer("RGBA", (pixels.shape[1], pixels.shape[0]), pixels).convert("RGB")
+
+
+def _pin_titles(fig) -> None:
+    """Keeps the panels' titles where the draw placed them (dpi does not move them), for the files drawn next:
+    placing them measures each panel's y tick labels again, for the rare y axis whose offset text (×1e6) a title
+    must clear. matplotlib's own switch, which set_title(y=...) turns off, but that resets the title's style."""
+    for ax in fig.axes:
+        ax._autotitlepos = False
 
 
 def png_bytes(image: Image.Image, dpi: int = FIGURE_DPI) -> bytes:
