@@ -407,9 +407,9 @@ def printable(name: str) -> str:
 
 @contextmanager
 def _drawing():
-    """Drawing with the figures' settings (_RC), and without matplotlib's warnings of a glyph the fonts lack (drawn as a box; the tables hold the exact
-    name) or of tick arithmetic that overflows on huge values (value_warnings reports those): none is a step a user
-    could take, and each would print a warning line for every figure."""
+    """Drawing with the figures' settings (_RC), and without matplotlib's warnings of a glyph the fonts lack (drawn
+    as a box; the tables hold the exact name) or of tick arithmetic that overflows on huge values (value_warnings
+    reports those): none is a step a user could take, and each would print a warning line for every figure."""
     import matplotlib
     import numpy as np
 

@@ -6,6 +6,7 @@ import warnings
 import polars as pl
 import pytest
 from matplotlib.collections import PolyCollection
+from matplotlib.text import Text
 
 from pipelines.exports.figure import (
     JOBS_PER_HELPER,
@@ -118,6 +119,7 @@ def test_the_png_and_preview_are_matplotlibs_own_drawing_of_the_figure(tables):
     )
     png = Image.open(io.BytesIO(files["other.png"]))
     assert png.mode == "RGB" and png.size == (2100, 1080)  # 14 x 7.2 inches at 150 dpi
+    assert png.info["dpi"] == pytest.approx((150, 150), abs=0.02)  # 5906 pixels a metre
     assert np.array_equal(np.asarray(png), expected)
     assert Image.open(io.BytesIO(preview)).size == (840, 432)  # shrunk to 40%
 
@@ -229,3 +231,61 @@ def test_figures_drawn_with_helper_processes_are_those_drawn_here_in_the_same_or
     assert drawn == [draw(job) for job in jobs]
     assert len({files[f"{job.ablation}.png"] for (files, _), job in zip(drawn, jobs, strict=True)}) == len(jobs)
     assert drawn[0][1].startswith(b"\xff\xd8") and all(preview is None for _, preview in drawn[1:])  # a JPEG
+
+
+def test_the_svg_writes_its_text_as_text_in_a_sans_serif_fallback_list(tables):
+    import xml.etree.ElementTree as ET
+
+    fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    svg = ET.fromstring(render(fig, "svg"))
+    texts = [el for el in svg.iter("{http://www.w3.org/2000/svg}text")]
+    words = {"".join(el.itertext()) for el in texts}
+    # The suptitle, an axis label, a run's legend entry, a key's entry, the horizon label's first line, a tick label.
+    for expected in (
+        "Ablation “abl”: 3 runs, compute-matched at epoch 1",
+        "epoch",
+        "Long run",
+        "train entropy",
+        "compute-matched",
+        "0.4",
+    ):
+        assert expected in words
+    assert not list(svg.iter("{http://www.w3.org/2000/svg}path")) or all(
+        not str(el.get("id", "")).startswith("DejaVu") for el in svg.iter("{http://www.w3.org/2000/svg}path")
+    )  # no glyph outlines
+    families = {el.get("style").split("font-family: ")[1].split(";")[0] for el in texts}
+    assert len(families) == 1
+    family = families.pop().split(", ")
+    assert family[0] == "'DejaVu Sans'" and "Arial" in family[3] and family[-1] == "sans-serif"
+
+
+def test_the_keys_stay_where_matplotlibs_best_places_them(tables):
+    # matplotlib's own "best" search, run at draw time on a copy whose keys are set back to it, is the reference.
+    pinned = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    searched = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    for ax in (searched.axes[0], searched.axes[2]):
+        ax.get_legend().set_loc("best")
+    for fig in (pinned, searched):
+        render(fig, "png")
+    for ax_pinned, ax_searched in zip(pinned.axes, searched.axes, strict=True):
+        if ax_searched.get_legend() is not None:
+            box_pinned, box_searched = (ax.get_legend().get_window_extent() for ax in (ax_pinned, ax_searched))
+            assert box_pinned.bounds == pytest.approx(box_searched.bounds, abs=1e-6)
+
+
+def test_a_title_lifted_over_an_offset_text_stays_lifted_in_the_svg(tables):
+    # Entropies of 1000 ± 0.0005 get an offset text (+1e3) over their axis, which the entropy title must clear; an
+    # SVG drawn after the PNG (titles kept in place) is the same as one drawn alone (titles placed by matplotlib).
+    epochs = tables["epochs"].with_columns(
+        sample_entropy=1000 + pl.col("sample_entropy") / 1000, train_entropy=1000 + pl.col("train_entropy") / 1000
+    )
+    alone = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
+    after_png = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
+    render(after_png, "png")
+    assert alone.axes[2].yaxis.get_offset_text().get_text() == ""  # not drawn yet
+    assert after_png.axes[2].yaxis.get_offset_text().get_text() != ""
+    [title] = [
+        t for t in after_png.axes[2].get_children() if isinstance(t, Text) and t.get_text().startswith("Entropy")
+    ]
+    assert title.get_position()[1] > 1  # lifted
+    assert render(after_png, "svg") == render(alone, "svg")
