@@ -15,7 +15,8 @@ final as (
         run_id,
         epoch,
         count(*) as n_rows,
-        count(distinct traj_index) as n_positions,
+        -- the distinct values of a list per epoch: a `count(distinct)` hashes every (run, epoch, position) at once
+        list_unique(list(traj_index))::bigint as n_positions,
         min(traj_index) as first_index,
         max(traj_index) as last_index
     from trajectories

@@ -6,7 +6,7 @@
 -- must average to 0 and be an increasing affine function of the rewards (correlation 1), or be all 0 when
 -- those rewards are all equal. Trajectories with a non-finite reward are not tested (trainers give them 0 or
 -- drop them). Tolerance: getvariable('advantage_tolerance').
-with trajectories as (
+with trajectories as not materialized (
     select
         run_id,
         epoch,
@@ -24,26 +24,62 @@ runs as (
     from dim_runs
 ),
 
--- `order by` in the sums fixes their order, so parallel execution cannot change the last bits of a rebuild; a
--- mean sums values divided by 2^32 (exact), so that a sum past the largest float leaves the mean finite
-groups as (
+-- Each group's trajectories with a finite reward, gathered and sorted by traj_index: the list aggregates below add
+-- in that order, so parallel execution cannot change the last bits of their sums and a rebuild gives identical
+-- numbers (one sort per group, where each `order by` in an aggregate sorts again). A mean sums values divided by
+-- 2^32 (exact), so that a sum past the largest float leaves the mean finite.
+gathered as (
     select
         run_id,
         epoch,
         group_index,
         count(*) as n_trajectories,
         count(*) filter (where isfinite(reward)) as n_finite_rewards,
-        avg(reward / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as reward_mean,
-        stddev_samp(reward order by traj_index) filter (where isfinite(reward)) as reward_std,
         min(reward) filter (where isfinite(reward)) as reward_min,
         max(reward) filter (where isfinite(reward)) as reward_max,
-        avg(advantage / 4294967296 order by traj_index) filter (where isfinite(reward)) * 4294967296 as advantage_mean,
         max(abs(advantage)) filter (where isfinite(reward)) as advantage_max_abs,
         count(*) filter (where isfinite(reward) and not coalesce(isfinite(advantage), false)) as n_bad_advantages,
+        list_sort(
+            list({ 'traj_index': traj_index, 'reward': reward, 'advantage': advantage }) filter (where isfinite(reward))
+        ) as finite_trajectories
+    from trajectories
+    group by run_id, epoch, group_index
+),
+
+-- an aggregate of its own: beside the list above, in one group-by, it costs several times more
+correlations as (
+    select
+        run_id,
+        epoch,
+        group_index,
         corr(reward, advantage order by traj_index) filter (where isfinite(reward) and isfinite(advantage))
             as advantage_reward_corr
     from trajectories
     group by run_id, epoch, group_index
+),
+
+-- (sqlfluff reads a lambda's field, t.reward, as a table's column)
+means as (
+    select
+        gathered.* exclude (finite_trajectories),  -- noqa: RF02, RF03
+        list_aggregate(
+            list_transform(gathered.finite_trajectories, lambda t: t.reward / 4294967296), 'avg'  -- noqa: RF01, RF03
+        ) * 4294967296 as reward_mean,
+        list_aggregate(
+            list_transform(gathered.finite_trajectories, lambda t: t.reward), 'stddev_samp'  -- noqa: RF01, RF03
+        ) as reward_std,
+        list_aggregate(
+            list_transform(gathered.finite_trajectories, lambda t: t.advantage / 4294967296), 'avg'  -- noqa: RF01, RF03
+        ) * 4294967296 as advantage_mean
+    from gathered
+),
+
+groups as (
+    select
+        means.*,
+        correlations.advantage_reward_corr
+    from means
+    inner join correlations using (run_id, epoch, group_index)
 ),
 
 classified as (

@@ -114,6 +114,36 @@ def test_group_metrics_by_hand(warehouse_con):
     assert all(g["advantage_problem"] is None for g in groups.values())
 
 
+def sum_in_order(values: list[float]) -> float:
+    """Left to right, one rounding per addition, as a sum in a fixed order adds."""
+    total = 0.0
+    for value in values:
+        total += value
+    return total
+
+
+def test_means_add_in_trajectory_order_whatever_the_rows_order():
+    # Rounding makes these sums depend on their order: 1e16 + 1 rounds back to 1e16 (its floats are 2 apart), so in
+    # traj_index order (1e16, 1, -1e16, 1) they come to 1, backwards (1, -1e16, 1, 1e16) to 0.
+    rewards = [1e16, 1.0, -1e16, 1.0]
+    con = duckdb.connect()
+    create_staging(con, [epoch("run", 0, rewards, rewards, targets=["x"] * 4)], [("run", "abl", 4)])
+    # the rows stored backwards, and read on one thread: an aggregate adding them as read gets the backwards sum
+    con.execute("create or replace table fact_trajectories as from fact_trajectories order by traj_index desc")
+    con.execute("set threads = 1")
+    build_marts(con, {"breakdown_window": 1})
+    scale = 2.0**32  # the models sum values divided by 2^32 (exact), so the same roundings happen
+    expected = sum_in_order([r / scale for r in rewards]) / 4 * scale
+    assert expected == 0.25  # not 0, the backwards mean
+    group = rows(con, "select reward_mean, advantage_mean from group_metrics")[0]
+    assert (group["reward_mean"], group["advantage_mean"]) == (expected, expected)
+    assert rows(con, "select mean_reward from epoch_metrics")[0]["mean_reward"] == expected
+    assert rows(con, "select mean_reward from reward_breakdowns where breakdown = 'target_model'")[0] == {
+        "mean_reward": expected
+    }
+    con.close()
+
+
 def test_run_summary_by_hand(warehouse_con):
     summary = by_key(warehouse_con, "run_summary", "run_id")
     a, b, c = summary["run_a",], summary["run_b",], summary["run_c",]
