@@ -289,3 +289,27 @@ def test_a_title_lifted_over_an_offset_text_stays_lifted_in_the_svg(tables):
     ]
     assert title.get_position()[1] > 1  # lifted
     assert render(after_png, "svg") == render(alone, "svg")
+
+
+def test_a_figure_drawn_on_a_reused_one_is_the_figure_drawn_new(tables):
+    # Ablations of other shapes one after another on one figure (3 runs, 1 run, no epochs, a title lifted over an
+    # offset text, another smoothing window): each one's files are those of a new figure, byte for byte.
+    lifted = tables["epochs"].with_columns(
+        sample_entropy=1000 + pl.col("sample_entropy") / 1000, train_entropy=1000 + pl.col("train_entropy") / 1000
+    )
+    cases = [
+        ("abl", tables["epochs"], Smoothing()),
+        ("other", tables["epochs"], Smoothing(window=3)),
+        ("abl", tables["epochs"].clear(), Smoothing()),
+        ("abl", lifted, Smoothing()),
+        ("other", lifted, Smoothing()),
+        ("abl", tables["epochs"], Smoothing()),
+    ]
+    new, reused, fig = [], [], None
+    for ablation, epochs, smoothing in cases:
+        rows = (tables["runs"], epochs, tables["summary"])
+        new.append(figure_files(ablation, ablation_figure(ablation, *rows, smoothing)))
+        fig = ablation_figure(ablation, *rows, smoothing, reuse=fig)
+        reused.append(figure_files(ablation, fig))
+    for index, (files_new, files_reused) in enumerate(zip(new, reused, strict=True)):
+        assert files_reused == files_new, cases[index][0]
