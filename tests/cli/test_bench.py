@@ -159,7 +159,7 @@ def test_the_whole_build_is_judged_against_its_references_and_its_parts():
     }
     raw = {
         "build_full": [{"wall_seconds": 40.0, "result": {"steps": steps}}],
-        "figures": [{"result": {"cpu_per_ablation": [0.9, 0.2, 0.35]}}],
+        "figures": [{"result": {"cpu_per_ablation": [0.9, 0.2, 0.35], "setup_cpu": 1.5}}],
         "query": [{"wall_seconds": w, "result": {"cpu_seconds": 0.1}} for w in (0.2, 0.5, 0.25)],
     }
     summary = {
@@ -172,6 +172,7 @@ def test_the_whole_build_is_judged_against_its_references_and_its_parts():
     assert ratios["ingest_in_build"] == 1.25  # 5.0 s of ingest steps / 4.0 s alone
     assert (ratios["bootstrap_seconds"], ratios["bootstrap_share"]) == (2.0, 0.05)
     assert (ratios["figure_cpu_max"], ratios["figure_cpu_median"], ratios["query_seconds"]) == (0.9, 0.35, 0.25)
+    assert ratios["figure_cpu_setup"] == 1.5  # apart from the ablations' median
 
     base = {
         "ingest_vs_decode": 1.0,
