@@ -257,40 +257,55 @@ def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[s
             return False
         if not keys:
             return True
-        chosen = f"{model.incremental_key} in ({', '.join(sql_string(key) for key in keys)})"
-        with _inputs_of_keys(con, model, chosen):
-            con.execute("begin transaction")
-            try:
+        chosen = keys_filter(model.incremental_key, keys)
+        # The models it reads that have its key, seen by its SQL as their rows of the chosen keys alone: the filter on
+        # the query's result is not pushed through a materialized or recursive CTE (epoch_metrics has both).
+        with rows_of_keys(
+            con, [dep for dep in model.model_deps if model.incremental_key in dict(columns(con, dep))], chosen
+        ):
+            with transaction(con):
                 con.execute(f"delete from {model.name} where {chosen}")
                 con.execute(f"insert into {model.name} {select} where {chosen}")
-                con.execute("commit")
-            except BaseException:
-                con.execute("rollback")
-                raise
     except duckdb.Error as exc:
         raise ModelError(f"{model.path}: {exc}") from None
     return True
 
 
+def keys_filter(key: str, values: list[str]) -> str:
+    """A SQL condition holding for the rows whose key is one of the values, as a literal list: DuckDB pushes it down
+    to the scans."""
+    return f"{sql_identifier(key)} in ({', '.join(sql_string(value) for value in values)})"
+
+
 @contextmanager
-def _inputs_of_keys(con: duckdb.DuckDBPyConnection, model: SqlModel, chosen: str) -> Iterator[None]:
-    """The models it reads that have its key, seen by its SQL as their rows of the chosen keys alone: temporary
-    views of the same names, which DuckDB resolves before the tables. The filter on the query's result is not
-    pushed through a materialized or recursive CTE (epoch_metrics has both); this one reaches every read."""
+def rows_of_keys(con: duckdb.DuckDBPyConnection, tables: list[str], chosen: str) -> Iterator[None]:
+    """The tables seen by the queries run meanwhile as their rows of the chosen keys alone (keys_filter): temporary
+    views of the same names, which DuckDB resolves before the tables."""
     catalog = con.execute("select current_database()").fetchone()[0]
     shadowed = []
     try:
-        for dep in model.model_deps:
-            if model.incremental_key in dict(columns(con, dep)):
-                con.execute(
-                    f"create or replace temp view {dep} as "
-                    f"select * from {sql_identifier(catalog)}.main.{dep} where {chosen}"
-                )
-                shadowed.append(dep)
+        for table in tables:
+            con.execute(
+                f"create or replace temp view {sql_identifier(table)} as "
+                f"select * from {sql_identifier(catalog)}.main.{sql_identifier(table)} where {chosen}"
+            )
+            shadowed.append(table)
         yield
     finally:
-        for dep in shadowed:
-            con.execute(f"drop view if exists temp.main.{dep}")
+        for table in shadowed:
+            con.execute(f"drop view if exists temp.main.{sql_identifier(table)}")
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The writes made meanwhile committed together, in one flush of the write-ahead log, or rolled back on an error."""
+    con.execute("begin transaction")
+    try:
+        yield
+    except BaseException:
+        con.execute("rollback")
+        raise
+    con.execute("commit")
 
 
 def sql_string(value: str) -> str:

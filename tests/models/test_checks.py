@@ -245,3 +245,40 @@ def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp
     # a changed check parameter runs that check again
     checks.evaluate_checks("epoch_metrics", WarehouseConfig(warehouse_dir=str(tmp_path), reward_tolerance=0.5))
     assert len(executed) == 1
+
+
+def test_after_runs_are_computed_again_a_per_run_check_looks_at_their_rows_when_the_rest_passed(tmp_path):
+    from pipelines.defs.models.assets import MODELS
+
+    [unique] = [c for c in checks.declared_checks(MODELS["group_metrics"]) if c.name.startswith("unique_")]
+    assert unique.per_run and unique.name == "unique_run_id_epoch_group_index"
+    warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
+
+    def table(fingerprint: str, rows: list[tuple[str, int]]) -> None:
+        with open_build_db(tmp_path) as con:
+            con.execute("create or replace table group_metrics (run_id varchar, epoch bigint, group_index bigint)")
+            con.execute(
+                "insert into group_metrics select r, e, 0 from (values " + ", ".join(map(str, rows)) + ") t(r, e)"
+            )
+            con.execute(
+                "insert or replace into bookkeeping.model_state values ('group_metrics', ?, now())", [fingerprint]
+            )
+
+    def duplicates(since=None) -> list[str]:
+        [result] = checks.evaluate_checks("group_metrics", warehouse, (unique,), {unique.name}, since=since)
+        assert result.passed == (result.metadata["count"].value == 0)
+        return [row["run_id"] for row in result.metadata["examples"].value]
+
+    table("f1", [("a", 0), ("a", 1), ("b", 0)])
+    assert duplicates() == []  # the whole table, stored as passed
+    # run b computed again with a duplicate; run a's rows changed behind the step's back, which a per-run check of
+    # the rewritten rows does not look at: it looks at b's alone
+    table("f2", [("a", 0), ("a", 0), ("b", 0), ("b", 0)])
+    assert duplicates(checks.Rewritten("f1", "run_id", ["b"])) == ["b"]
+    # the table failed the check before (stored for f2: b's duplicate): after b is computed again, every row is looked
+    # at, a's duplicate too
+    table("f3", [("a", 0), ("a", 0), ("b", 0)])
+    assert duplicates(checks.Rewritten("f2", "run_id", ["b"])) == ["a"]
+    # rebuilt whole (no rewritten runs): every row
+    table("f4", [("a", 0), ("a", 0), ("b", 0), ("b", 0)])
+    assert duplicates() == ["a", "b"]

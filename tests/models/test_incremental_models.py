@@ -162,7 +162,7 @@ def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build,
     config = WarehouseConfig(
         releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10, ci_method="iid"
     )  # the method that reads bootstrap_means
-    _, done, metadata = refresh_model(MODELS["bootstrap_means"], config)
+    _, done, metadata, _ = refresh_model(MODELS["bootstrap_means"], config)
     assert (done, metadata["dagster/row_count"]) == ("rebuilt", 3 * 10)  # 10 replicates of each of the 3 runs
     assert refresh_model(MODELS["bootstrap_means"], config)[1] == "kept"
 

@@ -4,11 +4,12 @@ import hashlib
 import warnings
 from contextlib import nullcontext
 from datetime import timedelta
+from typing import NamedTuple
 
 import dagster as dg
 import duckdb
 
-from pipelines.defs.models.checks import check_specs, declared_checks, evaluate_checks
+from pipelines.defs.models.checks import Rewritten, check_specs, declared_checks, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES
 from pipelines.lake_store import register_lake
@@ -25,6 +26,7 @@ from pipelines.models import (
     run_model,
     run_model_rows,
     set_parameters,
+    transaction,
 )
 from pipelines.warehouse_db import (
     BOOKKEEPING,
@@ -133,12 +135,13 @@ def _rebuild(con, model: SqlModel, params: dict, lake) -> None:
     run_model(con, model)
 
 
-def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str, str]:
+def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str, str, list[str] | None]:
     """Computes again only the rows of the runs whose inputs changed, when nothing read whole changed since the
-    table was built (nor its columns); rebuilds it otherwise. The recorded inputs are those of the table's rows."""
+    table was built (nor its columns); rebuilds it otherwise. The recorded inputs are those of the table's rows.
+    Returns the fingerprint, what was done, and the keys whose rows were computed again (None: rebuilt whole)."""
     whole, stamps = _incremental_inputs(con, model, params, lake)
     recorded, old_stamps = recorded_inputs(con, model.name)
-    done = "rebuilt"
+    done, changed = "rebuilt", None
     if _exists(con, model.name) and recorded == digest(whole, columns_digest(con, model.name)):
         changed = sorted(key for key in stamps.keys() | old_stamps.keys() if stamps.get(key) != old_stamps.get(key))
         if not changed:
@@ -148,29 +151,40 @@ def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str,
             if run_model_rows(con, model, changed):
                 done = f"{len(changed)} {model.incremental_key}(s) computed again"
     if done == "rebuilt":
+        changed = None
         _rebuild(con, model, params, lake)
     shape = columns_digest(con, model.name)
     fingerprint = digest(whole, shape, stamps)
     if done != "kept":  # after the rows: a crash in between only means the same runs are computed again
-        record_inputs(con, model.name, digest(whole, shape), stamps)
-        record_model(con, model.name, fingerprint)
-    return fingerprint, done
+        with transaction(con):
+            record_inputs(con, model.name, digest(whole, shape), stamps)
+            record_model(con, model.name, fingerprint)
+    return fingerprint, done, changed
+
+
+class Refreshed(NamedTuple):
+    """What refresh_model did to a model's table."""
+
+    fingerprint: str
+    done: str  # "kept", "rebuilt", or how many keys were computed again
+    metadata: dict
+    rewritten: list[str] | None = None  # the keys whose rows were computed again in place; None: kept or rebuilt
 
 
 def refresh_model(
     model: SqlModel, warehouse: WarehouseConfig, con: duckdb.DuckDBPyConnection | None = None
-) -> tuple[str, str, dict]:
+) -> Refreshed:
     """Brings the model's table up to date: kept when its SQL, parameters and inputs are unchanged since the last
-    build, rows of the changed runs computed again for an incremental model, rebuilt otherwise. Returns its
-    fingerprint, what was done ("kept", "rebuilt" or how many keys were computed again) and its metadata.
+    build, rows of the changed runs computed again for an incremental model, rebuilt otherwise.
 
     con: a connection to the build database the caller holds (warehouse.build_db()); else one is opened."""
     params = warehouse.metric_parameters()
     lake = warehouse.lake
+    rewritten = None
     with nullcontext(con) if con is not None else warehouse.build_db() as con:
         register_lake(con, lake)
         if model.incremental_key:
-            fingerprint, done = _refresh_incremental(con, model, params, lake)
+            fingerprint, done, rewritten = _refresh_incremental(con, model, params, lake)
         else:
             upstream = [model_fingerprint(con, dep) or "missing" for dep in model.model_deps]
             if model.lake_deps:
@@ -182,7 +196,7 @@ def refresh_model(
             if done == "rebuilt":
                 _rebuild(con, model, params, lake)
                 record_model(con, model.name, fingerprint)
-        return fingerprint, done, table_metadata(con, model)
+        return Refreshed(fingerprint, done, table_metadata(con, model), rewritten if done != "kept" else None)
 
 
 def column_lineage(model: SqlModel) -> dg.TableColumnLineage:
@@ -249,9 +263,12 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
         # One connection for the table and its checks: opening the build database and closing it (a checkpoint)
         # costs tens of milliseconds each at 100x, twice per step otherwise.
         with warehouse.build_db() as con:
-            fingerprint, done, metadata = refresh_model(model, warehouse, con)
-            # a kept table re-emits its stored results
-            results = evaluate_checks(model.name, warehouse, declared, selected, con)
+            before = model_fingerprint(con, model.name)
+            fingerprint, done, metadata, rewritten = refresh_model(model, warehouse, con)
+            # A kept table re-emits its stored results; one whose runs were computed again in place has those runs'
+            # rows checked (Rewritten) where the rest passed before.
+            since = Rewritten(before, model.incremental_key, rewritten) if before and rewritten else None
+            results = evaluate_checks(model.name, warehouse, declared, selected, con, since)
         rows = metadata["dagster/row_count"]
         context.log.info(f"{rows:,} rows" + (" (inputs unchanged, table kept)" if done == "kept" else f" ({done})"))
         yield dg.MaterializeResult(

@@ -13,7 +13,9 @@ failing check is recorded in Dagster and leaves the build's exit status alone.
 
 A check's result is stored in the build database (`bookkeeping.check_state`), keyed by the fingerprints of the
 tables it reads, its parameters and this module's code: when none of them changed (the model's table was kept), the
-stored result is emitted again instead of running the check's SQL, so a no-change build costs no table scan.
+stored result is emitted again instead of running the check's SQL, so a no-change build costs no table scan. After
+an incremental refresh computed some runs again, a check whose verdict is made run by run (ModelCheck.per_run) looks
+at those runs' rows alone when the table passed it before; a table rebuilt whole is checked whole.
 """
 
 import hashlib
@@ -23,12 +25,13 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import dagster as dg
 import duckdb
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.models import SqlModel, sql_identifier
+from pipelines.models import SqlModel, keys_filter, rows_of_keys, sql_identifier, transaction
 from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints
 
 EXAMPLES = 50  # offending rows listed in a check's metadata
@@ -233,6 +236,10 @@ class ModelCheck:
     reads: tuple[str, ...]  # the model tables its SQL reads: their fingerprints key its stored result
     blocking: bool = False
     parameters: Callable[[WarehouseConfig], dict] = lambda _: {}
+    # Its verdict on a table is the sum of its verdicts on each run's rows: it looks at one row at a time, or at
+    # groups of rows of one run. After some runs were computed again in place, a table that passed it before is
+    # checked on those runs' rows alone (evaluate_checks): the others passed and are unchanged.
+    per_run: bool = False
 
 
 MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
@@ -243,12 +250,14 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             lambda con, _: duplicate_epochs(con),
             ("fact_epochs",),
             blocking=True,
+            per_run=True,
         ),
         ModelCheck(
             "kl_sample_train_is_zero",
             "kl_sample_train is 0 in every epoch, as the trainer documents.",
             lambda con, _: nonzero_kl(con),
             ("fact_epochs",),
+            per_run=True,
         ),
     ),
     # On the per-epoch counts of fact_trajectories (an incremental model), not on fact_trajectories itself: a
@@ -268,6 +277,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance),
             ("epoch_metrics",),
             parameters=lambda warehouse: {"reward_tolerance": warehouse.reward_tolerance},
+            per_run=True,
         ),
     ),
     "group_metrics": (
@@ -276,6 +286,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "Advantages are normalised within each GRPO group.",
             lambda con, _: unnormalised_groups(con),
             ("group_metrics",),
+            per_run=True,
         ),
     ),
     "unloaded_epochs": (
@@ -317,6 +328,8 @@ def declared_checks(model: SqlModel) -> tuple[ModelCheck, ...]:
             lambda con, _, test=test, columns=columns: violations(con, model.name, test, columns),
             (model.name,),
             parameters=lambda _, test=test, columns=columns: {"test": test, "columns": columns},
+            # a null is one row's; a duplicate key holding the run's id is two rows of one run
+            per_run=test == "not_null" or model.incremental_key in columns,
         )
         for test, columns in tests
     )
@@ -346,9 +359,12 @@ _METADATA_VALUES = {
 }
 
 
-def check_fingerprint(con: duckdb.DuckDBPyConnection, check: ModelCheck, warehouse: WarehouseConfig) -> str | None:
-    """What a check's result depends on; None when a table it reads has no recorded fingerprint (then always run)."""
-    tables = model_fingerprints(con, check.reads)
+def check_fingerprint(
+    con: duckdb.DuckDBPyConnection, check: ModelCheck, warehouse: WarehouseConfig, given: dict[str, str] | None = None
+) -> str | None:
+    """What a check's result depends on; None when a table it reads has no recorded fingerprint (then always run).
+    given: fingerprints of tables to use instead of their recorded ones."""
+    tables = model_fingerprints(con, check.reads) | (given or {})
     if any(fingerprint is None for fingerprint in tables.values()):
         return None
     payload = json.dumps(
@@ -377,17 +393,49 @@ def stored_result(
     )
 
 
-def store_result(
-    con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str, result: dg.AssetCheckResult
+def store_results(
+    con: duckdb.DuckDBPyConnection, model: str, results: list[tuple[str, str, dg.AssetCheckResult]]
 ) -> None:
-    metadata = {
-        key: (_METADATA_KINDS.get(type(value), "json"), getattr(value, "value", value))
-        for key, value in (result.metadata or {}).items()
-    }
-    con.execute(
-        f"insert or replace into {BOOKKEEPING}.check_state values (?, ?, ?, ?, ?, ?, ?)",
-        [model, check, fingerprint, result.passed, result.severity.value, result.description, json.dumps(metadata)],
-    )
+    """Stores each (check name, fingerprint, result), all in one commit."""
+    rows = [
+        [
+            model,
+            check,
+            fingerprint,
+            result.passed,
+            result.severity.value,
+            result.description,
+            json.dumps(
+                {
+                    key: (_METADATA_KINDS.get(type(value), "json"), getattr(value, "value", value))
+                    for key, value in (result.metadata or {}).items()
+                }
+            ),
+        ]
+        for check, fingerprint, result in results
+    ]
+    if rows:
+        with transaction(con):
+            con.executemany(f"insert or replace into {BOOKKEEPING}.check_state values (?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+class Rewritten(NamedTuple):
+    """A model's table after an incremental refresh: its fingerprint before, and the keys whose rows were computed
+    again in place (every other row as it was)."""
+
+    fingerprint: str
+    key: str
+    values: list[str]
+
+
+def _scope(con, model: str, check: ModelCheck, warehouse: WarehouseConfig, since: Rewritten | None):
+    """Where a check must look: at the rows rewritten since the table last passed it (a per-run check of the model's
+    own table only), else at every row."""
+    if since is None or not check.per_run or check.reads != (model,):
+        return nullcontext()
+    before = check_fingerprint(con, check, warehouse, {model: since.fingerprint})
+    passed = before is not None and getattr(stored_result(con, model, check.name, before), "passed", False)
+    return rows_of_keys(con, [model], keys_filter(since.key, since.values)) if passed else nullcontext()
 
 
 def evaluate_checks(
@@ -396,16 +444,18 @@ def evaluate_checks(
     declared: tuple[ModelCheck, ...] = (),
     selected: set[str] | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    since: Rewritten | None = None,
 ) -> list[dg.AssetCheckResult]:
     """A model's check results (those selected, by name; all by default): stored ones whose inputs are unchanged, the
-    others evaluated on the build database (con, the model step's own connection to it, when given).
+    others evaluated on the build database (con, the model step's own connection to it, when given); after an
+    incremental refresh (since), a per-run check the table passed before looks at the rewritten runs' rows alone.
 
     A check that cannot run fails (ERROR) instead of raising, and is not stored, so the next build tries again.
     """
     checks = [check for check in MODEL_CHECKS.get(model, ()) + declared if selected is None or check.name in selected]
     if not checks:
         return []
-    results = []
+    results, evaluated = [], []
     with nullcontext(con) if con is not None else warehouse.build_db() as con:
         con.execute(
             f"create table if not exists {BOOKKEEPING}.check_state (model varchar, check_name varchar,"
@@ -417,7 +467,8 @@ def evaluate_checks(
             result = stored_result(con, model, check.name, fingerprint) if fingerprint else None
             if result is None:
                 try:
-                    result = check.evaluate(con, warehouse)
+                    with _scope(con, model, check, warehouse, since):
+                        result = check.evaluate(con, warehouse)
                 except duckdb.Error as exc:
                     result = dg.AssetCheckResult(
                         passed=False,
@@ -426,7 +477,7 @@ def evaluate_checks(
                     )
                 else:
                     if fingerprint:
-                        store_result(con, model, check.name, fingerprint, result)
+                        evaluated.append((check.name, fingerprint, result))
             results.append(
                 dg.AssetCheckResult(
                     asset_key=model,
@@ -437,4 +488,5 @@ def evaluate_checks(
                     metadata=result.metadata,
                 )
             )
+        store_results(con, model, evaluated)
     return results
