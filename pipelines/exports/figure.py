@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 PAPER_FIGURE_NAMES = {"multi_target": "cut_multi_target.png"}
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies; tab10 takes over past eight runs.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
-# Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes. The SVG's text is text (a
-# third of its drawing time went to writing each glyph's outline), in the first of these fonts a viewer has, and in
-# its sans-serif face when it has none of them.
+# Fixed SVG ids and no timestamps, so an unchanged figure renders to the same bytes. The SVG's text is text (each
+# glyph's outline would take a third of its drawing time), in the first of these fonts a viewer has, and in its
+# sans-serif face when it has none of them.
 SANS_SERIF = ["DejaVu Sans", "Bitstream Vera Sans", "Verdana", "Arial", "Helvetica", "Liberation Sans"]
 _RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "none", "font.sans-serif": SANS_SERIF}
 _NO_DATE = {"svg": {"Date": None}}
@@ -480,9 +480,9 @@ def raster(fig: Figure, dpi: int = FIGURE_DPI) -> Image.Image:
 
 
 def _pin_titles(fig) -> None:
-    """Keeps the panels' titles where the draw placed them (dpi does not move them), for the files drawn next:
+    """Keeps the panels' titles where the draw placed them (dpi does not move them) for the files drawn next:
     placing them measures each panel's y tick labels again, for the rare y axis whose offset text (×1e6) a title
-    must clear. matplotlib's own switch, which set_title(y=...) turns off, but that resets the title's style."""
+    must clear. The switch is matplotlib's own, the one set_title(y=...) turns off (which would reset the style)."""
     for ax in fig.axes:
         ax._autotitlepos = False
 
