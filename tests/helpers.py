@@ -47,3 +47,18 @@ def touch_later(path: Path) -> None:
     the same size could keep its mtime and look unchanged."""
     status = path.stat()
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+
+
+def record_duckdb_connections(monkeypatch) -> list[str]:
+    """The databases duckdb.connect opens from now on in this test, as given to it (":memory:" for none)."""
+    import duckdb
+
+    opened: list[str] = []
+    connect = duckdb.connect
+
+    def recording(database=":memory:", *args, **kwargs):
+        opened.append(str(database))
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", recording)
+    return opened

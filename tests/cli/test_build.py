@@ -2,9 +2,8 @@
 
 import json
 
-import duckdb
 import pytest
-from helpers import epoch_document
+from helpers import epoch_document, record_duckdb_connections
 
 from pipelines.lake import RUN_TABLES, lake_files
 
@@ -107,14 +106,7 @@ def test_second_build_with_no_change_parses_nothing_and_opens_the_build_database
     partitions = sorted(path for table in RUN_TABLES for path in lake_files(wh / "lake", table))
     assert len(partitions) == 5 * 4
     before = {p: p.stat().st_mtime_ns for p in partitions}
-    opened = []
-    connect = duckdb.connect
-
-    def counting(database=":memory:", *args, **kwargs):
-        opened.append(str(database))
-        return connect(database, *args, **kwargs)
-
-    monkeypatch.setattr(duckdb, "connect", counting)
+    opened = record_duckdb_connections(monkeypatch)
     argv = ["build", "--warehouse", str(wh), "--workers", "1"]
     for release in releases:
         argv += ["--release", str(release)]

@@ -6,20 +6,14 @@ import threading
 import duckdb
 import pytest
 from filelock import FileLock, Timeout
+from helpers import record_duckdb_connections
 
 from pipelines.settings import published_path
 from pipelines.warehouse_db import DEFAULT_MEMORY_LIMIT, hold_build_db, open_build_db, publish
 
 
 def test_every_use_inside_a_hold_shares_one_connection_and_the_lock_is_held_until_the_hold_ends(tmp_path, monkeypatch):
-    opened = []
-    connect = duckdb.connect
-
-    def counting(database=":memory:", *args, **kwargs):
-        opened.append(str(database))
-        return connect(database, *args, **kwargs)
-
-    monkeypatch.setattr(duckdb, "connect", counting)
+    opened = record_duckdb_connections(monkeypatch)
     lock = FileLock(tmp_path / ".build" / "db.lock")
     with hold_build_db(tmp_path):
         assert opened == []  # nothing opened before the first use
