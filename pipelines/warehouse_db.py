@@ -205,7 +205,9 @@ _IDLE_MEMORY_LIMIT = "16MB"
 
 
 def _database_file(warehouse: Path) -> Path:
-    return build_dir(warehouse).absolute() / "build.duckdb"
+    """The build database's file, links resolved: a publication finds the hold whatever the warehouse's folder is
+    called, instead of waiting for the lock the hold has."""
+    return build_dir(warehouse).resolve() / "build.duckdb"
 
 
 @contextmanager
