@@ -96,7 +96,8 @@ def _bundled() -> str:
 def vega_bundle(cache: Path | None = None) -> str:
     """Vega, Vega-Lite and vega-embed as one script: vl-convert's bundle, the same bytes for one vl-convert version.
 
-    Making it takes seconds, so it is kept in the folder cache, if given, under that version.
+    Making it takes seconds of CPU, so it is kept in the folder cache, if given, under that version; a cache that
+    cannot be written only means making it again next time.
     """
     import vl_convert
 
@@ -105,8 +106,20 @@ def vega_bundle(cache: Path | None = None) -> str:
         return kept.read_text(encoding="utf-8")
     bundle = _bundled()
     if kept is not None:
-        write_if_changed(kept, bundle.encode())
+        try:
+            write_if_changed(kept, bundle.encode())
+        except OSError:
+            pass
     return bundle
+
+
+def library_cache() -> Path:
+    """Where the bundle is kept for every warehouse of the user: their cache folder (platformdirs; on Linux
+    $XDG_CACHE_HOME/grpo-warehouse, default ~/.cache/grpo-warehouse), as matplotlib keeps its font cache. A fresh
+    warehouse then does not pay for the bundle again."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("grpo-warehouse"))
 
 
 def library_versions() -> str:

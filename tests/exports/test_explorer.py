@@ -19,6 +19,7 @@ from pipelines.exports.explorer import (
     Page,
     ablation_payload,
     explorer_pages,
+    library_cache,
     render_page,
     vega_bundle,
 )
@@ -179,6 +180,17 @@ def test_the_library_is_kept_under_its_version_and_read_back(tmp_path):
     assert kept.name.startswith("vl-convert-") and kept.read_text() == bundle and "vegaEmbed" in bundle
     kept.write_text("window.kept = true;")
     assert vega_bundle(tmp_path) == "window.kept = true;"
+
+
+def test_the_library_is_kept_in_the_users_cache_folder_for_every_warehouse(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert library_cache() == tmp_path / "grpo-warehouse"
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_library(tmp_path):
+    (tmp_path / "a file").write_text("")
+    bundle = vega_bundle(tmp_path / "a file" / "cache")  # a folder cannot be made under a file
+    assert "vegaEmbed" in bundle and bundle == vega_bundle()
 
 
 def many_ablations(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

@@ -23,6 +23,7 @@ from pipelines.exports.explorer import (
     ExplorerTables,
     Page,
     explorer_contents,
+    library_cache,
     library_versions,
     vega_bundle,
 )
@@ -30,7 +31,7 @@ from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_report_and_headlines
 from pipelines.exports.state import export_fingerprint, kept_entry, kept_files, record, recorded_metadata
-from pipelines.warehouse_db import build_dir, model_fingerprints
+from pipelines.warehouse_db import model_fingerprints
 
 GROUP = "exports"
 
@@ -426,7 +427,7 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         meta = entry["metadata"]
         return kept_result(context, entry, explorer_metadata(folder, meta["pages"], meta["bytes"], 0))
     tables, inputs = read_tables(warehouse, EXPLORER_QUERIES, EXPLORER_INPUTS)
-    library = vega_bundle(build_dir(warehouse.warehouse) / EXPLORER)
+    library = vega_bundle(library_cache())
     pages = page_digests(explorer_contents(ExplorerTables(**tables), settings), library)
     before = recorded_metadata(exports, name).get("page_digests", {})
     written = write_explorer_pages(folder, pages, before, library)
