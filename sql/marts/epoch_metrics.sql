@@ -36,19 +36,17 @@ groups as (
     from group_metrics
 ),
 
--- Each epoch's rewards and advantages gathered into lists and put in traj_index order (list_grade_up): the list
--- aggregates below add in that order, so parallel execution cannot change the last bits and a rebuild gives identical
--- numbers (one sort per epoch, where each `order by` in an aggregate sorts again; so does the `order by` of the
--- group averages below). A mean sums values divided by 2^32 (exact for a float, and the same bits), so that finite
--- rewards whose sum overflows (every reward 1e308) still have their finite mean.
+-- Each epoch's trajectories gathered into one list and sorted by traj_index: the list aggregates below add in that
+-- order, so parallel execution cannot change the last bits and a rebuild gives identical numbers (one sort per
+-- epoch, where each `order by` in an aggregate sorts again, as the group averages below do). A mean sums values
+-- divided by 2^32 (exact for a float, and the same bits), so that finite rewards whose sum overflows (every reward
+-- 1e308) still have their finite mean.
 epoch_trajectories as (
     select
         run_id,
         epoch,
         count(*) filter (where not coalesce(isfinite(reward), false)) as n_nonfinite_rewards,
-        list_grade_up(list(traj_index)) as position_order,
-        list(reward) as rewards,
-        list(advantage) as advantages
+        list_sort(list({ 'traj_index': traj_index, 'reward': reward, 'advantage': advantage })) as trajectories
     from trajectories
     group by run_id, epoch
 ),
@@ -59,19 +57,18 @@ reward_stats as (
         epoch,
         list_aggregate(
             list_transform(
-                list_filter(list_select(rewards, position_order), lambda reward: isfinite(reward)),
-                lambda reward: reward / 4294967296
+                list_filter(trajectories, lambda t: isfinite(t['reward'])), lambda t: t['reward'] / 4294967296
             ),
             'avg'
         ) * 4294967296 as mean_reward,
         list_aggregate(
-            list_filter(list_select(rewards, position_order), lambda reward: isfinite(reward)), 'stddev_samp'
+            list_transform(list_filter(trajectories, lambda t: isfinite(t['reward'])), lambda t: t['reward']),
+            'stddev_samp'
         ) as reward_std,
         n_nonfinite_rewards,
         list_aggregate(
             list_transform(
-                list_filter(list_select(advantages, position_order), lambda advantage: isfinite(advantage)),
-                lambda advantage: advantage / 4294967296
+                list_filter(trajectories, lambda t: isfinite(t['advantage'])), lambda t: t['advantage'] / 4294967296
             ),
             'avg'
         ) * 4294967296 as mean_advantage

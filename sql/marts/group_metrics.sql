@@ -58,19 +58,14 @@ correlations as (
     group by run_id, epoch, group_index
 ),
 
--- (sqlfluff reads a lambda's field, t.reward, as a table's column)
 means as (
     select
-        gathered.* exclude (finite_trajectories),  -- noqa: RF02, RF03
-        list_aggregate(
-            list_transform(gathered.finite_trajectories, lambda t: t.reward / 4294967296), 'avg'  -- noqa: RF01, RF03
-        ) * 4294967296 as reward_mean,
-        list_aggregate(
-            list_transform(gathered.finite_trajectories, lambda t: t.reward), 'stddev_samp'  -- noqa: RF01, RF03
-        ) as reward_std,
-        list_aggregate(
-            list_transform(gathered.finite_trajectories, lambda t: t.advantage / 4294967296), 'avg'  -- noqa: RF01, RF03
-        ) * 4294967296 as advantage_mean
+        * exclude (finite_trajectories),
+        list_aggregate(list_transform(finite_trajectories, lambda t: t['reward'] / 4294967296), 'avg') * 4294967296
+            as reward_mean,
+        list_aggregate(list_transform(finite_trajectories, lambda t: t['reward']), 'stddev_samp') as reward_std,
+        list_aggregate(list_transform(finite_trajectories, lambda t: t['advantage'] / 4294967296), 'avg') * 4294967296
+            as advantage_mean
     from gathered
 ),
 
