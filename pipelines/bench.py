@@ -414,8 +414,10 @@ def _step_environment() -> dict[str, str]:
 
 
 def measure(step: str, log_dir: Path, **kwargs) -> Measurement:
-    """Runs one step in a fresh process and measures it."""
+    """Runs one step in a fresh process and measures it, once what earlier steps wrote is on the disk: otherwise a
+    step after a fresh build at 100x (GBs written) waits seconds for the kernel writing them back."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    os.sync()
     stamp = f"{step}_{time.monotonic_ns()}"
     out_path, err_path = log_dir / f"{stamp}.out", log_dir / f"{stamp}.err"
     command = [sys.executable, "-m", "pipelines.bench", "--child", step, json.dumps(kwargs)]
