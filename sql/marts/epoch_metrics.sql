@@ -51,28 +51,29 @@ epoch_trajectories as (
     group by run_id, epoch
 ),
 
+-- each epoch's finite rewards and finite advantages, in traj_index order
+finite_values as (
+    select
+        run_id,
+        epoch,
+        n_nonfinite_rewards,
+        list_transform(list_filter(trajectories, lambda t: isfinite(t['reward'])), lambda t: t['reward'])
+            as finite_rewards,
+        list_transform(list_filter(trajectories, lambda t: isfinite(t['advantage'])), lambda t: t['advantage'])
+            as finite_advantages
+    from epoch_trajectories
+),
+
 reward_stats as (
     select
         run_id,
         epoch,
-        list_aggregate(
-            list_transform(
-                list_filter(trajectories, lambda t: isfinite(t['reward'])), lambda t: t['reward'] / 4294967296
-            ),
-            'avg'
-        ) * 4294967296 as mean_reward,
-        list_aggregate(
-            list_transform(list_filter(trajectories, lambda t: isfinite(t['reward'])), lambda t: t['reward']),
-            'stddev_samp'
-        ) as reward_std,
+        list_aggregate(list_transform(finite_rewards, lambda r: r / 4294967296), 'avg') * 4294967296 as mean_reward,
+        list_aggregate(finite_rewards, 'stddev_samp') as reward_std,
         n_nonfinite_rewards,
-        list_aggregate(
-            list_transform(
-                list_filter(trajectories, lambda t: isfinite(t['advantage'])), lambda t: t['advantage'] / 4294967296
-            ),
-            'avg'
-        ) * 4294967296 as mean_advantage
-    from epoch_trajectories
+        list_aggregate(list_transform(finite_advantages, lambda a: a / 4294967296), 'avg') * 4294967296
+            as mean_advantage
+    from finite_values
 ),
 
 group_stats as (
