@@ -41,7 +41,7 @@ def recorded_metadata(folder: Path, name: str) -> dict:
     return metadata if isinstance(metadata, dict) else {}
 
 
-def _still_there(folder: Path, sizes: dict[str, int]) -> bool:
+def still_there(folder: Path, sizes: dict[str, int]) -> bool:
     """Whether files written earlier (relative path -> size then) are all still there at that size; a file the user
     deleted or replaced is written again."""
     for relative, size in sizes.items():
@@ -51,13 +51,6 @@ def _still_there(folder: Path, sizes: dict[str, int]) -> bool:
     return True
 
 
-def kept_files(folder: Path, sizes: dict[str, int]) -> dict[str, bytes] | None:
-    """The bytes of files written earlier (relative path -> size then), or None if one is gone or another size."""
-    if not _still_there(folder, sizes):
-        return None
-    return {relative: (Path(folder) / relative).read_bytes() for relative in sizes}
-
-
 def kept_entry(folder: Path, name: str, fingerprint: str | None) -> dict | None:
     """The recorded entry of an export if it was written from this fingerprint and all its files are still there."""
     if fingerprint is None:
@@ -65,7 +58,7 @@ def kept_entry(folder: Path, name: str, fingerprint: str | None) -> dict | None:
     entry = _load(folder).get(name)
     if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint:
         return None
-    return entry if _still_there(folder, entry.get("files", {})) else None
+    return entry if still_there(folder, entry.get("files", {})) else None
 
 
 def record(

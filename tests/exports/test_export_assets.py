@@ -1,5 +1,8 @@
 """The export assets against a hand-made build database: files land, a rebuild with no change rewrites nothing."""
 
+import hashlib
+import json
+
 import dagster as dg
 import polars as pl
 import pytest
@@ -9,7 +12,11 @@ from pipelines.definitions import defs
 from pipelines.defs.exports import assets as export_assets
 from pipelines.defs.exports.assets import ablation_figures, report, table_exports
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.exports.figure import ablation_inputs
 from pipelines.warehouse_db import open_build_db
+
+LONER = {"run_id": "loner", "release": "rel", "reward_family": "binary", "fp_per_group": None, "group_size": 4}
+LONER |= {"ablation": None, "label": None, "arm": "loner"}  # a run of no ablation
 
 
 def write_build_db(warehouse, tables: dict[str, pl.DataFrame]) -> None:
@@ -203,11 +210,44 @@ def test_a_changed_run_redraws_its_own_ablation_only(tmp_path, tables, renders):
     ]
     assert materialization.metadata["grpo/rewritten"].value == 2  # other.png and other.svg
 
-    # The figure is the one a fresh build draws.
+    # The figures are those a fresh build draws, and so is their data version, though `abl`'s files were not read.
     fresh = tmp_path / "fresh"
     write_build_db(fresh, build_tables(changed))
-    materialize(fresh)
+    fresh_result = materialize(fresh)
     assert {p.name: p.read_bytes() for p in (fresh / "exports" / "figures").iterdir()} == after
+    assert figures_version(result) == figures_version(fresh_result)
+
+
+def figures_version(result: dg.ExecuteInProcessResult) -> str:
+    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == ablation_figures.key]
+    return event.materialization.tags["dagster/data_version"]
+
+
+def reference_digest(rows: tuple[pl.DataFrame, ...], params: dict) -> str:
+    """One ablation's figure digest worked out from its own rows: the schema and row hashes of each frame."""
+    digest = hashlib.sha256(json.dumps({"params": params, "code": export_assets.CODE_VERSION}, sort_keys=True).encode())
+    for frame in rows:
+        digest.update(repr(frame.schema).encode())
+        digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def test_the_digests_of_all_ablations_at_once_are_each_ablations_own(tables):
+    # Runs out of order, one without an ablation, an epoch and a summary row of a run dim_runs does not have.
+    runs = pl.concat([tables["runs"], pl.DataFrame([LONER], schema=tables["runs"].schema)]).reverse()
+    epochs = pl.concat(
+        [tables["epochs"], tables["epochs"].filter(pl.col("run_id") == "solo").with_columns(run_id=pl.lit("gone"))]
+    )
+    summary = pl.concat(
+        [tables["summary"].filter(pl.col("run_id") == "solo").with_columns(run_id=pl.lit("loner")), tables["summary"]]
+    )
+    tables = {"runs": runs, "epochs": epochs, "summary": summary}
+    params = {"final_window": 3}
+    digests = export_assets.figure_digests(tables, params)
+    assert list(digests) == ["abl", "other", None]  # the report's order
+    assert digests == {
+        ablation: reference_digest(ablation_inputs(ablation, runs, epochs, summary), params) for ablation in digests
+    }
 
 
 def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders):
