@@ -1,21 +1,31 @@
-"""The Agg canvas the ablation figures are drawn on: matplotlib's own, replaying the glyphs of a text drawn before."""
+"""The canvas the ablation figures are drawn on: matplotlib's Agg and SVG, doing once the text work that repeats."""
 
 from __future__ import annotations
 
+import codecs
+
 import matplotlib as mpl
+import numpy as np
+from matplotlib import cbook
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from matplotlib.backends.backend_mixed import MixedModeRenderer
+from matplotlib.backends.backend_svg import FigureCanvasSVG, RendererSVG, _generate_css, _short_float_fmt
 from matplotlib.font_manager import fontManager
+from matplotlib.transforms import Affine2D
 
 # Settings of matplotlib's a text's glyph images depend on, besides the text's own (font, size, place, angle).
 GLYPH_SETTINGS = ("text.hinting", "text.kerning_factor", "font.enable_last_resort")
+SHAPING_GETTERS = ("get_fontfeatures", "get_language")
 DRAWN_TEXTS_KEPT = 4096  # about 70 figures' texts; the oldest are forgotten all at once past it
 
 # A text's glyph images as Agg drew them, by everything they depend on, for every canvas of this process.
 _drawn_texts: dict[tuple, list[tuple]] = {}
+# A text's size in an SVG (unhinted, at 72 dpi), for every SVG of this process.
+_svg_text_sizes: dict[tuple, tuple[float, float, float]] = {}
 
 
 class ReplayingCanvas(FigureCanvasAgg):
-    """An Agg canvas whose renderer is a TextReplayingRenderer."""
+    """An Agg canvas drawing with a TextReplayingRenderer, and its SVG files with a MeasuringOnceSVGRenderer."""
 
     def get_renderer(self) -> RendererAgg:
         width, height = self.get_width_height(physical=True)
@@ -24,6 +34,22 @@ class ReplayingCanvas(FigureCanvasAgg):
             self.renderer = TextReplayingRenderer(width, height, self.figure.dpi)
             self._lastKey = key
         return self.renderer
+
+    def print_svg(self, filename, *, bbox_inches_restore=None, metadata=None, **_figure_settings) -> None:
+        """FigureCanvasSVG's print_svg, drawing with a MeasuringOnceSVGRenderer. The settings print_figure passes to
+        every format (dpi, facecolor...) are applied by print_figure itself: FigureCanvasSVG ignores them too."""
+        with cbook.open_file_cm(filename, "w", encoding="utf-8") as file:
+            if not cbook.file_requires_unicode(file):
+                file = codecs.getwriter("utf-8")(file)
+            dpi = self.figure.dpi
+            self.figure.dpi = 72  # the SVG's unit is the point
+            width, height = self.figure.get_size_inches()
+            svg = MeasuringOnceSVGRenderer(width * 72, height * 72, file, image_dpi=dpi, metadata=metadata)
+            renderer = MixedModeRenderer(self.figure, width, height, dpi, svg, bbox_inches_restore=bbox_inches_restore)
+            self.figure.draw(renderer)
+            renderer.finalize()
+
+    filetypes = {**FigureCanvasAgg.filetypes, "svg": FigureCanvasSVG.filetypes["svg"]}
 
 
 class TextReplayingRenderer(RendererAgg):
@@ -34,7 +60,8 @@ class TextReplayingRenderer(RendererAgg):
     blending calls with the same glyph images."""
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
-        shaped = mtext is not None and (mtext.get_fontfeatures() or mtext.get_language())
+        # a text's font features or language (matplotlib 3.11) change its shapes: such texts are drawn as usual
+        shaped = mtext is not None and any(getattr(mtext, get, lambda: None)() for get in SHAPING_GETTERS)
         if ismath or shaped:
             return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
         key = (
@@ -75,9 +102,64 @@ class GlyphRecorder:
         self.target, self.glyphs, self.complete = target, [], True
 
     def draw_text_image(self, image, left, bottom, angle, gc) -> None:
-        self.glyphs.append((image.copy(), left, bottom, angle))
+        if isinstance(image, np.ndarray):
+            self.glyphs.append((image.copy(), left, bottom, angle))
+        else:  # matplotlib before 3.11 hands over its font object, not an image
+            self.complete = False
         self.target.draw_text_image(image, left, bottom, angle, gc)
 
     def __getattr__(self, name: str):
         self.complete = False
         return getattr(self.target, name)
+
+
+class MeasuringOnceSVGRenderer(RendererSVG):
+    """matplotlib's SVG renderer, which measures a text once per process rather than once per file, and writes the
+    marks of a line (a run's per-epoch means: thousands of them) working their shared style out once."""
+
+    def get_text_width_height_descent(self, s, prop, ismath):
+        if ismath:
+            return super().get_text_width_height_descent(s, prop, ismath)
+        key = (
+            s,
+            prop.copy(),
+            tuple(fontManager._find_fonts_by_props(prop)),
+            tuple(mpl.rcParams[name] for name in GLYPH_SETTINGS),
+        )
+        size = _svg_text_sizes.get(key)
+        if size is None:
+            if len(_svg_text_sizes) >= DRAWN_TEXTS_KEPT:
+                _svg_text_sizes.clear()
+            size = _svg_text_sizes[key] = super().get_text_width_height_descent(s, prop, ismath)
+        return size
+
+    def draw_markers(self, gc, marker_path, marker_trans, path, trans, rgbFace=None):
+        # RendererSVG's own, with the marks' style, the same for each, worked out once rather than once a mark.
+        if not len(path.vertices):
+            return
+        writer = self.writer
+        path_data = self._convert_path(marker_path, marker_trans + Affine2D().scale(1.0, -1.0), simplify=False)
+        style = self._get_style_dict(gc, rgbFace)
+        dictkey = (path_data, _generate_css(style))
+        oid = self._markers.get(dictkey)
+        style = _generate_css({k: v for k, v in style.items() if k.startswith("stroke")})
+        if oid is None:
+            oid = self._make_id("m", dictkey)
+            writer.start("defs")
+            writer.element("path", id=oid, d=path_data, style=style)
+            writer.end("defs")
+            self._markers[dictkey] = oid
+        writer.start("g", **self._get_clip_attrs(gc))
+        if gc.get_url() is not None:
+            writer.start("a", {"xlink:href": gc.get_url(), "target": "_blank"})
+        attrib = {"xlink:href": f"#{oid}", "x": "", "y": "", "style": self._get_style(gc, rgbFace)}
+        clip = (0, 0, self.width * 72, self.height * 72)
+        for vertices, _code in path.iter_segments(self._make_flip_transform(trans), clip=clip, simplify=False):
+            if len(vertices):
+                x, y = vertices[-2:]
+                attrib["x"] = _short_float_fmt(x)
+                attrib["y"] = _short_float_fmt(y)
+                writer.element("use", attrib=attrib)
+        if gc.get_url() is not None:
+            writer.end("a")
+        writer.end("g")

@@ -128,6 +128,45 @@ def test_the_png_and_preview_are_matplotlibs_own_drawing_of_the_figure(tables):
         assert Image.open(io.BytesIO(preview)).size == (840, 432)  # shrunk to 40%
 
 
+def test_the_svg_is_matplotlibs_own_svg_of_the_figure(tables):
+    # matplotlib's stock SVG canvas is the reference, byte for byte, also for texts measured before by another SVG
+    # (the second "abl") and for the runs' per-epoch marks.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for ablation in ["abl", "other", "abl"]:
+        fig = ablation_figure(ablation, tables["runs"], tables["epochs"], tables["summary"])
+        ours = render(fig, "svg")
+        FigureCanvasAgg(fig)  # savefig then draws the SVG on matplotlib's FigureCanvasSVG
+        assert ours == render(fig, "svg"), ablation
+        assert ours.count(b"<use ") >= len(tables["epochs"].filter(pl.col("run_id").is_in(by_gid(fig.axes[0], "raw"))))
+
+
+def test_a_text_met_before_in_another_size_colour_or_angle_is_drawn_and_measured_in_its_own():
+    # The same words at the same place, drawn again larger, in another colour, turned: the PNG's pixels and the
+    # SVG's bytes are those of matplotlib's stock canvases, which remember nothing from one figure to the next.
+    import io
+
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from pipelines.exports.figure_canvas import ReplayingCanvas
+
+    def drawn(canvas_class, size, colour, angle):
+        fig = Figure(figsize=(3, 2), dpi=100)
+        canvas_class(fig)
+        fig.text(0.2, 0.5, "same words", size=size, color=colour, rotation=angle, rotation_mode="anchor")
+        svg = io.BytesIO()
+        fig.savefig(svg, format="svg", metadata={"Date": None})
+        fig.canvas.draw()
+        return np.asarray(fig.canvas.buffer_rgba()).copy(), svg.getvalue()
+
+    for look in [(10, "black", 0), (10, "red", 0), (16, "red", 0), (16, "red", 30)]:
+        ours, stock = drawn(ReplayingCanvas, *look), drawn(FigureCanvasAgg, *look)
+        assert np.array_equal(ours[0], stock[0]), look
+        assert ours[1] == stock[1], look
+
+
 def test_a_run_with_one_epoch_and_runs_without_epochs_still_render(tables):
     epochs = tables["epochs"].filter((pl.col("run_id") != "r_short") | (pl.col("epoch") == 0))
     fig = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
