@@ -9,7 +9,13 @@ import numpy as np
 from matplotlib import cbook
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.backends.backend_mixed import MixedModeRenderer
-from matplotlib.backends.backend_svg import FigureCanvasSVG, RendererSVG, _generate_css, _short_float_fmt
+from matplotlib.backends.backend_svg import (
+    FigureCanvasSVG,
+    RendererSVG,
+    _generate_css,
+    _quote_escape_attrib,
+    _short_float_fmt,
+)
 from matplotlib.font_manager import fontManager
 from matplotlib.transforms import Affine2D
 
@@ -117,6 +123,10 @@ class MeasuringOnceSVGRenderer(RendererSVG):
     """matplotlib's SVG renderer, which measures a text once per process rather than once per file, and writes the
     marks of a line (a run's per-epoch means: thousands of them) working their shared style out once."""
 
+    def __init__(self, width, height, svgwriter, *args, **kwargs):
+        self._svg_file = svgwriter
+        super().__init__(width, height, svgwriter, *args, **kwargs)
+
     def get_text_width_height_descent(self, s, prop, ismath):
         if ismath:
             return super().get_text_width_height_descent(s, prop, ismath)
@@ -152,14 +162,27 @@ class MeasuringOnceSVGRenderer(RendererSVG):
         writer.start("g", **self._get_clip_attrs(gc))
         if gc.get_url() is not None:
             writer.start("a", {"xlink:href": gc.get_url(), "target": "_blank"})
-        attrib = {"xlink:href": f"#{oid}", "x": "", "y": "", "style": self._get_style(gc, rgbFace)}
         clip = (0, 0, self.width * 72, self.height * 72)
-        for vertices, _code in path.iter_segments(self._make_flip_transform(trans), clip=clip, simplify=False):
-            if len(vertices):
-                x, y = vertices[-2:]
-                attrib["x"] = _short_float_fmt(x)
-                attrib["y"] = _short_float_fmt(y)
-                writer.element("use", attrib=attrib)
+        segments = path.iter_segments(self._make_flip_transform(trans), clip=clip, simplify=False)
+        places = [vertices[-2:] for vertices, _code in segments if len(vertices)]
+        self._write_uses(oid, self._get_style(gc, rgbFace), places)
         if gc.get_url() is not None:
             writer.end("a")
         writer.end("g")
+
+    def _write_uses(self, oid: str, style: str, places: list) -> None:
+        """A `<use>` element of the mark `oid` at each place: the first through matplotlib's XML writer, the others as
+        copies of its line with their own x and y, written at once (the writer's work per element is most of the
+        time of a line of marks)."""
+        attrib = {"xlink:href": f"#{oid}", "x": "", "y": "", "style": style}
+        for index, (x, y) in enumerate(places):
+            attrib["x"], attrib["y"] = _short_float_fmt(x), _short_float_fmt(y)
+            self.writer.element("use", attrib=attrib)
+            open_tags = getattr(self.writer, "_XMLWriter__tags", None)  # the writer indents one space per open tag
+            if index == 0 and open_tags is not None and style and _quote_escape_attrib(style) == f'"{style}"':
+                head = f'{" " * min(len(open_tags), 64)}<use xlink:href="#{oid}" x="'
+                tail = f'" style="{style}"/>\n'
+                self._svg_file.write(
+                    "".join(f'{head}{_short_float_fmt(x)}" y="{_short_float_fmt(y)}{tail}' for x, y in places[1:])
+                )
+                return
