@@ -38,8 +38,9 @@ _RC = {"svg.hashsalt": "grpo-warehouse", "svg.fonttype": "none", "font.sans-seri
 _NO_DATE = {"svg": {"Date": None}}
 FIGURE_INCHES = (14, 7.2)
 FIGURE_DPI = 150
-# zlib level of the PNG: 3 is twice as fast to write as zlib's default 6, for files a few percent larger.
-PNG_COMPRESSION = 3
+# Deflate level of the PNG, ISA-L's (0-3): 2 writes a figure in a fifth of zlib's time at its level 3, for files 7%
+# larger; ISA-L's level 3 is as slow as zlib's.
+PNG_COMPRESSION = 2
 LEGEND_COLUMNS = 4  # runs per row of the legend below the panels
 PREVIEW_SCALE = 0.4  # the UI's preview: the PNG's raster shrunk to 60 dpi
 JOBS_PER_HELPER = 4  # figures to draw per helper process spawned (draw_figures)
@@ -495,8 +496,9 @@ def png_bytes(image: Image.Image, dpi: int = FIGURE_DPI) -> bytes:
     """PNG bytes of an RGB raster: its rows unfiltered, deflated at PNG_COMPRESSION, and its dpi.
 
     Written here rather than by PIL, whose writer tries every PNG row filter on every row, half of its time: a
-    plot's flat colours compress as small unfiltered."""
+    plot's flat colours compress as small unfiltered. Deflated by ISA-L, whose stream any zlib reads."""
     import numpy as np
+    from isal import isal_zlib
 
     pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
     height, width = pixels.shape[:2]
@@ -508,7 +510,7 @@ def png_bytes(image: Image.Image, dpi: int = FIGURE_DPI) -> bytes:
             b"\x89PNG\r\n\x1a\n",
             _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)),  # 8-bit RGB
             _png_chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1)),
-            _png_chunk(b"IDAT", zlib.compress(rows, PNG_COMPRESSION)),
+            _png_chunk(b"IDAT", isal_zlib.compress(rows, PNG_COMPRESSION)),
             _png_chunk(b"IEND", b""),
         ]
     )
