@@ -167,6 +167,23 @@ def test_a_text_met_before_in_another_size_colour_or_angle_is_drawn_and_measured
         assert ours[1] == stock[1], look
 
 
+def test_drawing_leaves_the_garbage_collector_as_it_found_it(tables):
+    # A figure sets the objects alive before it aside from the collector (gc.freeze) while it is drawn only: none stays
+    # set aside after, and objects a process set aside itself stay so.
+    import gc
+
+    job = FigureJob("other", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, False)
+    assert gc.get_freeze_count() == 0
+    draw(job)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        draw(job)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
 def test_a_run_with_one_epoch_and_runs_without_epochs_still_render(tables):
     epochs = tables["epochs"].filter((pl.col("run_id") != "r_short") | (pl.col("epoch") == 0))
     fig = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
