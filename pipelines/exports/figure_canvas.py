@@ -19,7 +19,7 @@ from matplotlib.backends.backend_svg import (
 from matplotlib.font_manager import fontManager
 from matplotlib.transforms import Affine2D
 
-# Settings of matplotlib's a text's glyph images depend on, besides the text's own (font, size, place, angle).
+# matplotlib's settings a text's glyphs depend on, besides the text's own (words, font, size, place, angle).
 GLYPH_SETTINGS = ("text.hinting", "text.kerning_factor", "font.enable_last_resort")
 SHAPING_GETTERS = ("get_fontfeatures", "get_language")
 DRAWN_TEXTS_KEPT = 4096  # about 70 figures' texts; the oldest are forgotten all at once past it
@@ -28,6 +28,17 @@ DRAWN_TEXTS_KEPT = 4096  # about 70 figures' texts; the oldest are forgotten all
 _drawn_texts: dict[tuple, list[tuple]] = {}
 # A text's size in an SVG (unhinted, at 72 dpi), for every SVG of this process.
 _svg_text_sizes: dict[tuple, tuple[float, float, float]] = {}
+
+
+def _text_key(s: str, prop) -> tuple:
+    """A text's words and font as a key: its properties (copied: FontProperties hash by their current, mutable state),
+    the font files they find under the current settings and the settings the glyphs depend on."""
+    return (
+        s,
+        prop.copy(),
+        tuple(fontManager._find_fonts_by_props(prop)),
+        tuple(mpl.rcParams[name] for name in GLYPH_SETTINGS),
+    )
 
 
 class ReplayingCanvas(FigureCanvasAgg):
@@ -70,18 +81,7 @@ class TextReplayingRenderer(RendererAgg):
         shaped = mtext is not None and any(getattr(mtext, get, lambda: None)() for get in SHAPING_GETTERS)
         if ismath or shaped:
             return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-        key = (
-            s,
-            prop.copy(),  # FontProperties hash by their current, mutable state
-            tuple(fontManager._find_fonts_by_props(prop)),
-            tuple(mpl.rcParams[name] for name in GLYPH_SETTINGS),
-            x,
-            y,
-            angle,
-            self.dpi,
-            self.height,
-            gc.get_antialiased(),
-        )
+        key = (*_text_key(s, prop), x, y, angle, self.dpi, self.height, gc.get_antialiased())
         glyphs = _drawn_texts.get(key)
         if glyphs is not None:
             for image, left, bottom, image_angle in glyphs:
@@ -130,12 +130,7 @@ class MeasuringOnceSVGRenderer(RendererSVG):
     def get_text_width_height_descent(self, s, prop, ismath):
         if ismath:
             return super().get_text_width_height_descent(s, prop, ismath)
-        key = (
-            s,
-            prop.copy(),
-            tuple(fontManager._find_fonts_by_props(prop)),
-            tuple(mpl.rcParams[name] for name in GLYPH_SETTINGS),
-        )
+        key = _text_key(s, prop)
         size = _svg_text_sizes.get(key)
         if size is None:
             if len(_svg_text_sizes) >= DRAWN_TEXTS_KEPT:
@@ -144,7 +139,7 @@ class MeasuringOnceSVGRenderer(RendererSVG):
         return size
 
     def draw_markers(self, gc, marker_path, marker_trans, path, trans, rgbFace=None):
-        # RendererSVG's own, with the marks' style, the same for each, worked out once rather than once a mark.
+        # RendererSVG's own, but the marks' style, the same for each, is worked out once, and _write_uses writes them.
         if not len(path.vertices):
             return
         writer = self.writer
