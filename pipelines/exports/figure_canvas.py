@@ -16,11 +16,20 @@ from matplotlib.backends.backend_svg import (
     _quote_escape_attrib,
     _short_float_fmt,
 )
-from matplotlib.font_manager import fontManager
+from matplotlib.font_manager import fontManager, get_font
 from matplotlib.transforms import Affine2D
 
-# matplotlib's settings a text's glyphs depend on, besides the text's own (words, font, size, place, angle).
-GLYPH_SETTINGS = ("text.hinting", "text.kerning_factor", "font.enable_last_resort")
+# matplotlib's settings a text's font and glyphs depend on, besides the text's own (words, font, size, place, angle):
+# those findfont picks a font file with, and those of the glyphs' shapes.
+FONT_SETTINGS = (
+    *(f"font.{name}" for name in ("family", "style", "variant", "weight", "stretch", "size")),
+    *(f"font.{name}" for name in ("serif", "sans-serif", "cursive", "fantasy", "monospace")),
+    "font.enable_last_resort",
+    "text.hinting",
+    "text.kerning_factor",
+)
+# Where Text._get_layout reads a font's ascent, descent and line gap: the first of these tables the font has.
+HEIGHT_TABLES = [("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"), ("hhea", "lineGap", "ascent", "descent")]
 SHAPING_GETTERS = ("get_fontfeatures", "get_language")
 DRAWN_TEXTS_KEPT = 4096  # about 70 figures' texts; the oldest are forgotten all at once past it
 
@@ -28,17 +37,45 @@ DRAWN_TEXTS_KEPT = 4096  # about 70 figures' texts; the oldest are forgotten all
 _drawn_texts: dict[tuple, list[tuple]] = {}
 # A text's size in an SVG (unhinted, at 72 dpi), for every SVG of this process.
 _svg_text_sizes: dict[tuple, tuple[float, float, float]] = {}
+# A font's ascent, descent and line gap at a dpi, for every figure of this process.
+_font_heights: dict[tuple, tuple] = {}
 
 
-def _text_key(s: str, prop) -> tuple:
-    """A text's words and font as a key: its properties (copied: FontProperties hash by their current, mutable state),
-    the font files they find under the current settings and the settings the glyphs depend on."""
-    return (
-        s,
-        prop.copy(),
-        tuple(fontManager._find_fonts_by_props(prop)),
-        tuple(mpl.rcParams[name] for name in GLYPH_SETTINGS),
-    )
+def _font_key(prop) -> tuple:
+    """A font as a key: its properties (copied: FontProperties hash by their current, mutable state) and the settings
+    that decide which font files they find and how the glyphs are shaped."""
+    return prop.copy(), tuple(_hashable(mpl.rcParams[name]) for name in FONT_SETTINGS)
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def font_height_metrics(prop, dpi: float) -> tuple[float, float, float]:
+    """The ascent, descent and line gap Text._get_layout gives every line of a text in this font, at dpi: read from
+    the font's tables once per process rather than at each of the few hundred layouts of a figure. None when the
+    font has none of the tables (matplotlib then measures a sample)."""
+    key = (*_font_key(prop), dpi)
+    metrics = _font_heights.get(key)
+    if metrics is None:
+        if len(_font_heights) >= DRAWN_TEXTS_KEPT:
+            _font_heights.clear()
+        metrics = _font_heights[key] = _read_font_height_metrics(prop, dpi)
+    return metrics
+
+
+def _read_font_height_metrics(prop, dpi: float) -> tuple:
+    # Text._get_layout's own reading, the same arithmetic in the same order (the same floats).
+    font = get_font(fontManager._find_fonts_by_props(prop))
+    for table_name, linegap_key, ascent_key, descent_key in HEIGHT_TABLES:
+        table = font.get_sfnt_table(table_name)
+        if table is None:
+            continue
+        fontsize = prop.get_size_in_points()
+        units_per_em = font.get_sfnt_table("head")["unitsPerEm"]
+        scale = 1 / units_per_em * fontsize * dpi / 72
+        return table[ascent_key] * scale, -table[descent_key] * scale, table[linegap_key] * scale
+    return None, None, None
 
 
 class ReplayingCanvas(FigureCanvasAgg):
@@ -50,6 +87,7 @@ class ReplayingCanvas(FigureCanvasAgg):
         if self._lastKey != key:  # as FigureCanvasAgg: one renderer while the size and dpi stay
             self.renderer = TextReplayingRenderer(width, height, self.figure.dpi)
             self._lastKey = key
+        self.renderer.figure = self.figure
         return self.renderer
 
     def print_svg(self, filename, *, bbox_inches_restore=None, metadata=None, **_figure_settings) -> None:
@@ -62,6 +100,7 @@ class ReplayingCanvas(FigureCanvasAgg):
             self.figure.dpi = 72  # the SVG's unit is the point
             width, height = self.figure.get_size_inches()
             svg = MeasuringOnceSVGRenderer(width * 72, height * 72, file, image_dpi=dpi, metadata=metadata)
+            svg.figure = self.figure
             renderer = MixedModeRenderer(self.figure, width, height, dpi, svg, bbox_inches_restore=bbox_inches_restore)
             self.figure.draw(renderer)
             renderer.finalize()
@@ -76,12 +115,16 @@ class TextReplayingRenderer(RendererAgg):
     to the next at the same place: titles, axis labels, keys, tick labels. The pixels are Agg's own: the same
     blending calls with the same glyph images."""
 
+    def _get_font_height_metrics(self, prop):
+        # Text._get_layout's hook for a renderer's own font metrics, at the figure's dpi as it reads them itself.
+        return font_height_metrics(prop, self.figure.dpi)
+
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         # a text's font features or language (matplotlib 3.11) change its shapes: such texts are drawn as usual
         shaped = mtext is not None and any(getattr(mtext, get, lambda: None)() for get in SHAPING_GETTERS)
         if ismath or shaped:
             return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-        key = (*_text_key(s, prop), x, y, angle, self.dpi, self.height, gc.get_antialiased())
+        key = (s, *_font_key(prop), x, y, angle, self.dpi, self.height, gc.get_antialiased())
         glyphs = _drawn_texts.get(key)
         if glyphs is not None:
             for image, left, bottom, image_angle in glyphs:
@@ -127,10 +170,14 @@ class MeasuringOnceSVGRenderer(RendererSVG):
         self._svg_file = svgwriter
         super().__init__(width, height, svgwriter, *args, **kwargs)
 
+    def _get_font_height_metrics(self, prop):
+        # Text._get_layout's hook for a renderer's own font metrics, at the figure's dpi as it reads them itself.
+        return font_height_metrics(prop, self.figure.dpi)
+
     def get_text_width_height_descent(self, s, prop, ismath):
         if ismath:
             return super().get_text_width_height_descent(s, prop, ismath)
-        key = _text_key(s, prop)
+        key = (s, *_font_key(prop))
         size = _svg_text_sizes.get(key)
         if size is None:
             if len(_svg_text_sizes) >= DRAWN_TEXTS_KEPT:
