@@ -312,7 +312,7 @@ def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables
             if by_run
             else frame.with_columns(_ablation=pl.col("ablation"))
         )
-        return {key: part.drop("_ablation") for (key,), part in keyed.partition_by("_ablation", as_dict=True).items()}
+        return {key: part for (key,), part in keyed.partition_by("_ablation", as_dict=True, include_key=False).items()}
 
     split = {
         name: parts(getattr(tables, name), by_run=name != "contrasts")

@@ -503,11 +503,13 @@ def render_report_and_headlines(
     contrasts: pl.DataFrame,
     snapshots: pl.DataFrame,
     settings: ReportSettings = ReportSettings(),
+    parts: dict[str | None, SectionParts] | None = None,
 ) -> tuple[str, str]:
     """report.md (render_report) and the UI's headlines (render_headlines), each ablation's parts made once for
-    both."""
+    both; parts: every ablation's (section_parts of these tables) when already made."""
     ablations = ordered_ablations(runs)
-    parts = {a: section_parts(a, runs, summary, contrasts, snapshots, settings) for a in ablations}
+    if parts is None:
+        parts = {a: section_parts(a, runs, summary, contrasts, snapshots, settings) for a in ablations}
     lines = [
         "# GRPO ablation report",
         "",

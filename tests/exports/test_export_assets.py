@@ -275,3 +275,42 @@ def test_the_metric_parameters_reach_the_figure_and_the_report(tmp_path, tables,
     assert {(s.ema_weight, s.window, s.band_level) for s in smoothings} == {(0.7, 3, 0.8)}
     text = (tmp_path / "exports" / "report.md").read_text()
     assert "80% interval" in text and "95%" not in text
+
+
+def test_a_changed_run_remakes_its_own_ablations_section_of_the_report_only(tmp_path, tables, monkeypatch):
+    made = []
+    section_parts = export_assets.section_parts
+
+    def counting(ablation, *args):
+        made.append(ablation)
+        return section_parts(ablation, *args)
+
+    monkeypatch.setattr(export_assets, "section_parts", counting)
+    write_build_db(tmp_path, build_tables(tables))
+    dg.materialize([report], resources={"warehouse": WarehouseConfig(warehouse_dir=str(tmp_path))})
+    assert sorted(made) == ["abl", "other"]
+
+    # `solo`, the one run of `other`, gets another matched reward and snapshot: the report's `abl` section is kept
+    changed = {
+        **tables,
+        "summary": tables["summary"].with_columns(
+            pl.when(pl.col("run_id") == "solo").then(0.25).otherwise(pl.col("matched_reward")).alias("matched_reward")
+        ),
+        "snapshots": tables["snapshots"].with_columns(
+            pl.when(pl.col("run_id") == "solo")
+            .then(pl.lit("m-new"))
+            .otherwise(pl.col("model_name"))
+            .alias("model_name")
+        ),
+    }
+    write_build_db(tmp_path, build_tables(changed))
+    made.clear()
+    dg.materialize([report], resources={"warehouse": WarehouseConfig(warehouse_dir=str(tmp_path))})
+    assert made == ["other"]
+    text = (tmp_path / "exports" / "report.md").read_text()
+    assert "0.250" in text and "m-new" in text
+
+    fresh = tmp_path / "fresh"
+    write_build_db(fresh, build_tables(changed))
+    dg.materialize([report], resources={"warehouse": WarehouseConfig(warehouse_dir=str(fresh))})
+    assert text == (fresh / "exports" / "report.md").read_text()

@@ -30,7 +30,14 @@ from pipelines.exports.explorer import (
 )
 from pipelines.exports.figure import NEEDED_EPOCH_COLUMNS, FigureJob, Smoothing, ablation_inputs, draw_figures
 from pipelines.exports.files import table_files, write_if_changed
-from pipelines.exports.report import ReportSettings, frame_table, ordered_ablations, render_report_and_headlines
+from pipelines.exports.report import (
+    ReportSettings,
+    SectionParts,
+    frame_table,
+    ordered_ablations,
+    render_report_and_headlines,
+    section_parts,
+)
 from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, still_there
 from pipelines.warehouse_db import model_fingerprints
 
@@ -142,45 +149,52 @@ def kept_result(context: dg.AssetExecutionContext, entry: dict, metadata: dict) 
     )
 
 
-def _digest(parts: list[tuple[pl.Schema, np.ndarray]], params: dict) -> str:
-    """A digest of the frames given by their schemas and their rows' hashes, the parameters and the code."""
-    digest = hashlib.sha256(json.dumps({"params": params, "code": CODE_VERSION}, sort_keys=True).encode())
+def _digest(parts: list[tuple[pl.Schema, np.ndarray]], salt: dict) -> str:
+    """A digest of the frames given by their schemas and their rows' hashes, the salt and the code."""
+    digest = hashlib.sha256(json.dumps({"params": salt, "code": CODE_VERSION}, sort_keys=True).encode())
     for schema, hashes in parts:
         digest.update(repr(schema).encode())
         digest.update(hashes.tobytes())  # stable within a polars version (CODE_VERSION)
     return digest.hexdigest()[:16]
 
 
-def figure_digests(tables: dict[str, pl.DataFrame], params: dict) -> dict[str | None, str]:
-    """Per ablation, a digest of what its figure is drawn from: its rows (ablation_inputs: the schema and each row's
-    hash, in order), the parameters, the code. Each row of the three tables is hashed in one pass and the hashes are
-    split by ablation, instead of the tables filtered for each ablation (a quarter of a second at 200 ablations)."""
-    runs = tables["runs"].sort("run_id", maintain_order=True)  # an ablation's members, as ablation_inputs sorts them
-    frames = [runs, tables["epochs"].select(NEEDED_EPOCH_COLUMNS), tables["summary"]]
-    of_ablation = runs.select("run_id", "ablation")
+def digests_by_ablation(
+    runs: pl.DataFrame, frames: list[tuple[pl.DataFrame, bool]], salt: dict
+) -> dict[str | None, str]:
+    """Per ablation of runs (dim_runs), in the report's order, a digest of its rows of the frames: of each frame the
+    schema and the hash of each of its rows that belongs to the ablation, in the frame's order, with salt (the
+    parameters and the code). A row belongs by its own `ablation` column where the frame is given with True, else by
+    the ablation of its run. Each frame is hashed in one pass and its hashes split by ablation, instead of being
+    filtered for each ablation (a quarter of a second per export at 200 ablations)."""
+    of_run = runs.select("run_id", "ablation")
     split = []
-    for index, frame in enumerate(frames):
-        hashed = frame.select(hash=frame.hash_rows(seed=0))
-        keyed = (
-            hashed.with_columns(ablation=runs["ablation"])
-            if index == 0  # its own ablation; the others' rows by the ablation of their run
-            else hashed.with_columns(run_id=frame["run_id"]).join(
-                of_ablation, on="run_id", how="inner", maintain_order="left"
+    for frame, by_own_ablation in frames:
+        hashed = frame.select(hash=frame.hash_rows(seed=0), **({"ablation": "ablation"} if by_own_ablation else {}))
+        if not by_own_ablation:
+            hashed = hashed.with_columns(run_id=frame["run_id"]).join(
+                of_run, on="run_id", how="inner", maintain_order="left"
             )
-        )
-        grouped = keyed.group_by("ablation", maintain_order=True).agg("hash")
+        grouped = hashed.group_by("ablation", maintain_order=True).agg("hash")
         split.append(dict(zip(grouped["ablation"].to_list(), grouped["hash"].to_list(), strict=True)))
     empty = np.array([], dtype=np.uint64)
     return {
         ablation: _digest(
             [
                 (frame.schema, np.asarray(of.get(ablation, empty), dtype=np.uint64))
-                for frame, of in zip(frames, split, strict=True)
+                for (frame, _), of in zip(frames, split, strict=True)
             ],
-            params,
+            salt,
         )
         for ablation in ordered_ablations(runs)
     }
+
+
+def figure_digests(tables: dict[str, pl.DataFrame], params: dict) -> dict[str | None, str]:
+    """Per ablation, a digest of what its figure is drawn from: its rows (ablation_inputs: its runs by run id, their
+    epochs, their summaries), the parameters, the code."""
+    runs = tables["runs"].sort("run_id", maintain_order=True)
+    frames = [(runs, True), (tables["epochs"].select(NEEDED_EPOCH_COLUMNS), False), (tables["summary"], False)]
+    return digests_by_ablation(runs, frames, params)
 
 
 def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: int) -> dict:
@@ -369,6 +383,37 @@ def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig)
     )
 
 
+SECTIONS_NAME = ".report_sections.json"
+
+
+def report_sections(
+    folder: Path, tables: dict[str, pl.DataFrame], settings: ReportSettings, params: dict
+) -> dict[str | None, SectionParts]:
+    """Each ablation's section of the report: kept from the last report when its rows of the tables (its runs, their
+    summaries and snapshots, its contrasts), the parameters and the code are those it was made from, made again
+    otherwise. A new epoch file changes one ablation's section; making all 200 costs most of the report's time.
+    The sections are kept in the exports folder, by digest."""
+    runs = tables["runs"]
+    frames = [(runs, True), (tables["summary"], False), (tables["contrasts"], True), (tables["snapshots"], False)]
+    digests = digests_by_ablation(runs, frames, params)
+    path = folder / SECTIONS_NAME
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        kept = {}  # none yet, or unreadable: every section is made again
+    parts = {}
+    for ablation, digest in digests.items():
+        try:
+            parts[ablation] = SectionParts(**kept[digest])
+        except (KeyError, TypeError):
+            parts[ablation] = section_parts(
+                ablation, runs, tables["summary"], tables["contrasts"], tables["snapshots"], settings
+            )
+    made = {digest: dataclasses.asdict(parts[ablation]) for ablation, digest in digests.items()}
+    write_if_changed(path, json.dumps(made, sort_keys=True).encode())
+    return parts
+
+
 def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
     return {
         "path": dg.MetadataValue.path(str(path)),
@@ -401,8 +446,9 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
         },
         REPORT_INPUTS,
     )
+    parts = report_sections(folder, tables, settings, params)
     text, headline = render_report_and_headlines(
-        tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings
+        tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings, parts
     )
     content = text.encode()
     rewritten = write_if_changed(path, content)
