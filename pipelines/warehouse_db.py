@@ -16,11 +16,11 @@ import polars as pl
 from filelock import FileLock, Timeout
 
 from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs, table_stamps
-from pipelines.lake_store import LakePath, file_stamp, lake_root, real_location
+from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, object_stamps, real_location
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
-from pipelines.settings import published_path
+from pipelines.settings import OBJECT_SCHEME, published_path
 
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
 DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
@@ -96,10 +96,12 @@ def duckdb_path_problem(path: Path) -> str | None:
     return None
 
 
-def parquet_source(files: list[Path]) -> str:
-    """read_parquet over exactly these files: no pattern, and no column taken from a `key=value` folder above them."""
+def parquet_source(files: list[Path], by_name: bool = True) -> str:
+    """read_parquet over exactly these files: no pattern, and no column taken from a `key=value` folder above them.
+    by_name: the files' columns united by name (a file may lack some); False only for files of one schema
+    (one_schema), whose columns DuckDB then takes from the first file alone instead of reading every file's."""
     listing = ", ".join(sql_string(duckdb_path(f)) for f in files)
-    return f"read_parquet([{listing}], hive_partitioning = false, union_by_name = true)"
+    return f"read_parquet([{listing}], hive_partitioning = false, union_by_name = {str(by_name).lower()})"
 
 
 def _nested(column_type: str) -> bool:
@@ -110,10 +112,45 @@ def _columns(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, str]:
     return dict(con.execute(f"select column_name, column_type from (describe select * from {source})").fetchall())
 
 
-def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> tuple[str, list[str]]:
-    """The files read as one table (parquet_source), and its column names. A column that is a STRUCT or LIST in one
-    file and of another type in another (a per-trajectory extra typed in one run, kept as JSON text in the next) is
-    read as JSON text from every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
+def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path], view: str | None = None) -> tuple[str, list[str]]:
+    """The files read as one table, and its column names: each group of files of one schema read as one, the groups
+    united by name (schema_groups; without view, or when a file's schema cannot be read, every file's columns united
+    by name in one read_parquet). A column that is a STRUCT or LIST in one file and of another type in another (a
+    per-trajectory extra typed in one run, kept as JSON text in the next) is read as JSON text from every file:
+    DuckDB's union would cast the text to the STRUCT, or fail to."""
+    groups = schema_groups(con, view, files) if view is not None and len(files) > 1 else None
+    if groups is None:
+        return _united_by_name(con, files)
+    sources = [parquet_source(group, by_name=False) for group in groups]
+    if len(sources) == 1:
+        return sources[0], list(_columns(con, sources[0]))
+    return _united(con, sources, [_columns(con, source) for source in sources])
+
+
+def _united(con: duckdb.DuckDBPyConnection, sources: list[str], types: list[dict[str, str]]) -> tuple[str, list[str]]:
+    """The sources (of the given columns and types each) united by name, a column nested in one and of another type
+    in another read as JSON text from each (lake_source)."""
+    names = {name for columns in types for name in columns}
+    differing = {
+        name
+        for name in names
+        if len(kinds := {columns[name] for columns in types if name in columns}) > 1 and any(map(_nested, kinds))
+    }
+    parts = []
+    for source, columns in zip(sources, types, strict=True):
+        as_json = [
+            f"to_json({sql_identifier(name)})::varchar as {sql_identifier(name)}"
+            for name in sorted(differing)
+            if columns.get(name) not in (None, "VARCHAR")
+        ]
+        replace = f" replace ({', '.join(as_json)})" if as_json else ""
+        parts.append(f"select *{replace} from {source}")
+    union = "(" + " union all by name ".join(parts) + ")"
+    return union, list(_columns(con, union))
+
+
+def _united_by_name(con: duckdb.DuckDBPyConnection, files: list[Path]) -> tuple[str, list[str]]:
+    """lake_source from one read_parquet of every file united by name, each file's schema read by DuckDB."""
     source = parquet_source(files)
     columns = _columns(con, source)
     nested = [name for name, column_type in columns.items() if _nested(column_type)]
@@ -123,20 +160,81 @@ def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path]) -> tuple[str,
     for file in files:
         types = _columns(con, parquet_source([file]))
         groups.setdefault(tuple(types.get(name) for name in nested), []).append(file)
-    differing = {name for i, name in enumerate(nested) if len({types[i] for types in groups} - {None}) > 1}
-    if not differing:
+    if len(groups) == 1:
         return source, list(columns)
-    parts = []
-    for types, group in groups.items():
-        as_json = [
-            f"to_json({sql_identifier(name)})::varchar as {sql_identifier(name)}"
-            for name, column_type in zip(nested, types, strict=True)
-            if name in differing and column_type not in (None, "VARCHAR")
-        ]
-        replace = f" replace ({', '.join(as_json)})" if as_json else ""
-        parts.append(f"select *{replace} from {parquet_source(group)}")
-    union = "(" + " union all by name ".join(parts) + ")"
-    return union, list(_columns(con, union))
+    sources = [parquet_source(group) for group in groups.values()]
+    return _united(con, sources, [_columns(con, source) for source in sources])
+
+
+# What parquet_schema says of each column of a file, in the file's order: equal for two files of one schema.
+_SCHEMA_FIELDS = (
+    "column_id, name, type, type_length, repetition_type, num_children, converted_type, scale, precision, field_id,"
+    " logical_type, duckdb_type"
+)
+
+
+def schema_groups(con: duckdb.DuckDBPyConnection, view: str, files: list[LakePath]) -> list[list[LakePath]] | None:
+    """The files in groups of one Parquet schema each (the same columns of the same types in the same order), in the
+    order of their first files; None when a file's schema could not be read.
+
+    A group is read without DuckDB's union by name, which reads every file's schema each time a query names the view
+    (at 100x, 500 files for each model reading the lake): DuckDB then reads its first file's. Each file's schema is
+    kept in the bookkeeping by its stamp (lake_store.file_stamp), so that only the files new or rewritten since the
+    view was last made are read, in one parquet_schema call: a new epoch file rewrites one run's partition of 500."""
+    con.execute(
+        f"create table if not exists {BOOKKEEPING}.lake_file_schemas"
+        " (view varchar, file varchar, stamp varchar, schema varchar)"
+    )
+    stamps = _file_stamps(files)
+    kept = {
+        (file, stamp): schema
+        for file, stamp, schema in con.execute(
+            f"select file, stamp, schema from {BOOKKEEPING}.lake_file_schemas where view = ?", [view]
+        ).fetchall()
+    }
+    schemas = {file: kept.get((file, stamp)) for file, stamp in stamps.items()}
+    if missing := [file for file, schema in schemas.items() if schema is None]:
+        schemas.update(_read_schemas(con, missing))
+    known = {file: schema for file, schema in schemas.items() if schema is not None and stamps[file] is not None}
+    con.execute(f"delete from {BOOKKEEPING}.lake_file_schemas where view = ?", [view])
+    con.execute(
+        f"insert into {BOOKKEEPING}.lake_file_schemas select ?, unnest(?), unnest(?), unnest(?)",
+        [view, list(known), [stamps[file] for file in known], list(known.values())],
+    )
+    if len(known) < len(files):
+        return None
+    groups: dict[str, list[LakePath]] = {}
+    for file in files:
+        groups.setdefault(known[str(file)], []).append(file)
+    return list(groups.values())
+
+
+def _file_stamps(files: list[LakePath]) -> dict[str, str | None]:
+    """Each file's stamp (lake_store.file_stamp) by its path; in a bucket, from one listing of their table."""
+    if files and in_bucket(files[0]):
+        listed = object_stamps(files[0].parent.parent)
+        return {str(file): listed.get(str(file)) for file in files}
+    return {str(file): file_stamp(file) for file in files}
+
+
+def _read_schemas(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, str]:
+    """A digest of each file's Parquet schema (_SCHEMA_FIELDS), by path; a file whose schema could not be read is
+    left out."""
+    paths = {file if file.startswith(OBJECT_SCHEME) else duckdb_path(Path(file)): file for file in files}
+    try:
+        rows = con.execute(
+            f"select file_name, list(({_SCHEMA_FIELDS})::varchar order by column_id, name)::varchar"
+            " from parquet_schema(?) group by file_name",
+            [list(paths)],
+        ).fetchall()
+    except duckdb.Error:
+        return {}  # a file gone or unreadable since it was listed: the view is made by name, which says which
+    found = {}
+    for file_name, schema in rows:
+        file = file_name if file_name in paths.values() else paths.get(file_name)
+        if file is not None:
+            found[file] = hashlib.sha256(schema.encode()).hexdigest()
+    return found
 
 
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
@@ -161,7 +259,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
             continue
         files = view_files(lake, view)
         if files:
-            source, names = lake_source(con, files)
+            source, names = lake_source(con, files, view)
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
             # which runs the lake holds.
             body = f"select {', '.join(sql_identifier(name) for name in column_order(names, schema))} from {source}"

@@ -24,7 +24,7 @@ def write_trajectories(lake, run_id: str, **extras) -> None:
     """A run's trajectories partition of one row, its extra columns in the order given."""
     register_run(lake, run_id)
     path = partition_file(lake, "trajectories", run_id)
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     pl.DataFrame(
         {
             "run_id": [run_id],
@@ -67,4 +67,35 @@ def test_views_list_extra_columns_in_name_order_and_are_made_again_only_when_the
         "beta",
         "mid",
         "zeta",
+    ]
+
+
+def test_a_rewritten_partition_is_read_with_its_new_columns_and_alone_of_the_files(tmp_path, monkeypatch):
+    from pipelines import warehouse_db
+
+    lake = tmp_path / "lake"
+    for run in ("run_a", "run_b", "run_c"):
+        write_trajectories(lake, run, alpha=["x"])
+    write_trajectories(lake, "run_d", beta=[1.5])
+    con = duckdb.connect(str(tmp_path / "build.duckdb"))
+    read = []
+    schemas_of = warehouse_db._read_schemas
+    monkeypatch.setattr(warehouse_db, "_read_schemas", lambda con, files: read.extend(files) or schemas_of(con, files))
+    create_lake_views(con, lake)
+    assert len(read) == 4  # each trajectories partition once (no other table has a partition here)
+
+    # run_b's partition rewritten with a column the others lack, and run_a's with another type for alpha
+    partition_file(lake, "trajectories", "run_b").unlink()
+    partition_file(lake, "trajectories", "run_a").unlink()
+    write_trajectories(lake, "run_b", alpha=["y"], gamma=[7])
+    write_trajectories(lake, "run_a", alpha=[3])
+    read.clear()
+    create_lake_views(con, lake)
+    assert sorted(read) == sorted(str(partition_file(lake, "trajectories", run)) for run in ("run_a", "run_b"))
+    rows = con.execute("select run_id, alpha, beta, gamma from lake.trajectories order by run_id").fetchall()
+    assert rows == [
+        ("run_a", "3", None, None),
+        ("run_b", "y", None, 7),
+        ("run_c", "x", None, None),
+        ("run_d", None, 1.5, None),
     ]
