@@ -26,12 +26,27 @@ def export_fingerprint(tables: dict[str, str | None], params: dict, code: str) -
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+# The state file last read, by path: its stat (inode, size, mtime) and what it held. Every export step reads it two
+# or three times (its entry, its last metadata, then to record), a megabyte of JSON at 100x: it is parsed again
+# only when it was replaced (record writes a new file, a new inode) or changed.
+_READ: dict[str, tuple[tuple[int, int, int], dict]] = {}
+
+
 def _load(folder: Path) -> dict:
+    """The state file's entries by export name ({} when there is none or it is unreadable); read only, shared by the
+    callers until the file changes."""
+    path = Path(folder) / STATE_NAME
     try:
-        state = json.loads((Path(folder) / STATE_NAME).read_text())
+        status = path.stat()
+        seen = (status.st_ino, status.st_size, status.st_mtime_ns)
+        if (kept := _READ.get(str(path))) is not None and kept[0] == seen:
+            return kept[1]
+        state = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return {}  # none yet, or unreadable: every export renders again, which is always safe
-    return state if isinstance(state, dict) else {}
+    state = state if isinstance(state, dict) else {}
+    _READ[str(path)] = (seen, state)
+    return state
 
 
 def recorded_metadata(folder: Path, name: str) -> dict:
@@ -69,7 +84,7 @@ def record(
     folder.mkdir(parents=True, exist_ok=True)
     # the exports may run in parallel steps: read-modify-write of the shared file under a lock
     with FileLock(folder / f"{STATE_NAME}.lock"):
-        state = _load(folder)
+        state = dict(_load(folder))
         if fingerprint is None:
             state.pop(name, None)
         else:

@@ -1,12 +1,14 @@
 """Exports: atomic change-only writes, and CSV/Parquet copies that read back to the same rows."""
 
 import io
+import json
 import math
 
 import polars as pl
 from polars.testing import assert_frame_equal
 
 from pipelines.exports.files import table_files, write_if_changed
+from pipelines.exports.state import STATE_NAME, kept_entry, record, recorded_metadata
 
 
 def test_write_if_changed_skips_identical_bytes(tmp_path):
@@ -44,3 +46,19 @@ def test_table_bytes_are_stable_and_csv_has_the_columns(tables):
     csv = table_files(tables["summary"])["csv"].decode()
     assert csv.splitlines()[0].split(",") == tables["summary"].columns
     assert pl.read_csv(io.StringIO(csv)).height == tables["summary"].height
+
+
+def test_the_exports_record_is_read_again_once_another_process_replaced_it(tmp_path):
+    record(tmp_path, "report", "fp1", [], "v1", {"headline": "first"})
+    assert recorded_metadata(tmp_path, "report") == {"headline": "first"}
+    # another process (the UI's run) records its own: a new file put in place
+    write_if_changed(
+        tmp_path / STATE_NAME,
+        json.dumps(
+            {"report": {"fingerprint": "fp2", "files": {}, "data_version": "v2", "metadata": {"headline": "2"}}}
+        ).encode(),
+    )
+    assert recorded_metadata(tmp_path, "report") == {"headline": "2"}
+    assert kept_entry(tmp_path, "report", "fp2")["data_version"] == "v2"
+    record(tmp_path, "figures", "fp3", [], "v3", {})
+    assert set(json.loads((tmp_path / STATE_NAME).read_text())) == {"report", "figures"}
