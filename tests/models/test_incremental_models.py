@@ -1,6 +1,6 @@
 """Incremental models (`materialized: incremental` on `unique_key: run_id` in their schema.yml): after a change to
-some runs only their rows are computed again, and every table then holds what a build from scratch of the same
-release holds."""
+some runs only their rows are computed again, and every table and every export file then holds what a build from
+scratch of the same release holds."""
 
 import json
 import re
@@ -39,6 +39,17 @@ def tables(warehouse) -> dict[str, list[tuple]]:
         }
 
 
+def exports(warehouse) -> dict[str, bytes]:
+    """Every export file (figures, report, table files, explorer pages) by its path in the exports folder; not the
+    exports' own records of what they were made from."""
+    folder = warehouse / "exports"
+    return {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.name.startswith(".")
+    }
+
+
 def refreshes(output: str) -> dict[str, str]:
     """What the build's log says it did to each incremental model: kept, rebuilt or so many runs computed again."""
     done = {}
@@ -75,6 +86,7 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
     shutil.rmtree(fresh, ignore_errors=True)
     assert build([release], fresh) == 0
     assert tables(tmp_path / "wh") == tables(fresh)
+    assert exports(tmp_path / "wh") == exports(fresh)
     return done
 
 
@@ -312,3 +324,4 @@ def test_after_any_edits_the_kept_warehouse_equals_a_build_from_scratch(build, m
             assert build([release], root / "wh", "--registry", str(registry)) == 0
             assert build([release], root / f"fresh{step}", "--registry", str(registry)) == 0
             assert tables(root / "wh") == tables(root / f"fresh{step}"), (step, kind, which)
+            assert exports(root / "wh") == exports(root / f"fresh{step}"), (step, kind, which)
