@@ -164,11 +164,16 @@ final as (
         joined.mean_group_reward_std,
         joined.frac_zero_std_groups,
         ema_steps.reward_ema,
-        4294967296 * avg(joined.mean_reward / 4294967296) over (
-            partition by joined.run_id
-            order by joined.epoch
-            -- sqlfluff's DuckDB grammar takes only a number as a frame's offset, not an expression
-            rows between getvariable('rolling_window') - 1 preceding and current row  -- noqa: PRS
+        -- the window's means listed in epoch order and averaged in that order, as above: a windowed avg adds them
+        -- in an order that depends on the other runs in the query and the thread count
+        4294967296 * list_aggregate(
+            list(joined.mean_reward / 4294967296 order by joined.epoch) over (
+                partition by joined.run_id
+                order by joined.epoch
+                -- sqlfluff's DuckDB grammar takes only a number as a frame's offset, not an expression
+                rows between getvariable('rolling_window') - 1 preceding and current row  -- noqa: PRS
+            ),
+            'avg'
         ) as reward_rolling,
         joined.n_nonfinite_rewards,
         joined.mean_advantage,

@@ -144,6 +144,23 @@ def test_means_add_in_trajectory_order_whatever_the_rows_order():
     con.close()
 
 
+def test_rolling_means_add_their_epochs_in_epoch_order():
+    # One trajectory per epoch, so each epoch's mean is its reward; 1e16 + 1 rounds back to 1e16, so a window's sum
+    # depends on the order its means are added in. A windowed avg adds a 40-epoch frame's means in an order of its
+    # own (partial sums of blocks of rows), which is not epoch order and changes with the other runs in the query.
+    means = [1e16, 1.0, -1e16, 3.0] * 25
+    window = 40
+    con = duckdb.connect()
+    create_staging(con, [epoch("run", e, [m], [0.0]) for e, m in enumerate(means)], [("run", "abl", 1)])
+    build_marts(con, {"rolling_window": window})
+    got = [row["reward_rolling"] for row in rows(con, "select reward_rolling from epoch_metrics order by epoch")]
+    con.close()
+    scale = 2.0**32  # the models sum values divided by 2^32 (exact), so the same roundings happen
+    frames = [means[max(0, e - window + 1) : e + 1] for e in range(len(means))]
+    expected = [sum_in_order([m / scale for m in frame]) / len(frame) * scale for frame in frames]
+    assert got == expected
+
+
 def test_run_summary_by_hand(warehouse_con):
     summary = by_key(warehouse_con, "run_summary", "run_id")
     a, b, c = summary["run_a",], summary["run_b",], summary["run_c",]
