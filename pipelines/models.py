@@ -26,6 +26,9 @@ _PARAMETER_READ = re.compile(r"getvariable\('(\w+)'\)")
 # only their rows are deleted and computed again (run_model_rows; defs/models/assets.py decides which).
 SCHEMA_FILE = "schema.yml"
 INCREMENTAL_KEYS = ("run_id",)
+# An incremental model may also declare `batch_rows: N`: rebuilt whole, its table is computed a batch of keys at a time,
+# each batch about N rows of the tables it reads that have its key (run_model_in_batches). For a model whose group-bys
+# over every trajectory spill to disk at the memory limit, where a batch's fit in memory.
 COLUMN_TESTS = ("unique", "not_null")
 COMBINATION_TEST = "dbt_utils.unique_combination_of_columns"
 # PyYAML's safe loader in C (libyaml) where it was built with it: a tenth of the pure-Python one's time on the
@@ -57,6 +60,7 @@ class SqlModel:
     model_deps: tuple[str, ...]  # other models it reads
     lake_deps: tuple[str, ...]  # lake views it reads (lake.<table>)
     incremental_key: str | None = None  # schema.yml's unique_key of an incremental model
+    batch_rows: int | None = None  # schema.yml's batch_rows of an incremental model: see run_model_in_batches
     columns: tuple[ModelColumn, ...] = ()  # schema.yml's columns, in the table's order
     unique_combinations: tuple[tuple[str, ...], ...] = ()  # schema.yml's unique_combination_of_columns tests
     # schema.yml's meta.dagster.columns_from: the tables ("lake.runs", "epoch_copies") whose columns of the same name
@@ -181,6 +185,9 @@ def _declaration(schema: Path, entry: dict) -> dict:
                 f"{where}: an incremental model is refreshed by `incremental_strategy: delete+insert` on "
                 f"`unique_key: {' | '.join(INCREMENTAL_KEYS)}`, not {key!r}"
             )
+    batch_rows = config.get("batch_rows")
+    if batch_rows is not None and not (key and isinstance(batch_rows, int) and batch_rows > 0):
+        raise ModelError(f"{where}: batch_rows is a positive number of rows, for an incremental model only")
     columns = []
     for column in entry.get("columns") or []:
         tests = tuple(column.get("data_tests") or ())
@@ -198,6 +205,7 @@ def _declaration(schema: Path, entry: dict) -> dict:
     columns_from = tuple(((entry.get("meta") or {}).get("dagster") or {}).get("columns_from") or ())
     return {
         "incremental_key": key,
+        "batch_rows": batch_rows,
         "columns": tuple(columns),
         "unique_combinations": tuple(combinations),
         "columns_from": columns_from,
@@ -263,15 +271,63 @@ def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[s
         chosen = keys_filter(model.incremental_key, keys)
         # The models it reads that have its key, seen by its SQL as their rows of the chosen keys alone: the filter on
         # the query's result is not pushed through a materialized or recursive CTE (epoch_metrics has both).
-        with rows_of_keys(
-            con, [dep for dep in model.model_deps if model.incremental_key in dict(columns(con, dep))], chosen
-        ):
+        with rows_of_keys(con, keyed_tables(con, model), chosen):
             with transaction(con):
                 con.execute(f"delete from {model.name} where {chosen}")
                 con.execute(f"insert into {model.name} {select} where {chosen}")
     except duckdb.Error as exc:
         raise ModelError(f"{model.path}: {exc}") from None
     return True
+
+
+def key_batches(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[str]) -> list[list[str]]:
+    """The keys, and any other key of the tables the model reads, in batches of about the model's batch_rows rows of
+    those tables that have its key (its costly group-bys scale with them), in key order; one batch when the model
+    declares no batch_rows or those tables hold fewer rows in all."""
+    keyed = keyed_tables(con, model)
+    total = sum(con.execute(f"select count(*) from {sql_identifier(table)}").fetchone()[0] for table in keyed)
+    if not model.batch_rows or total <= model.batch_rows:
+        return [sorted(keys)]
+    key = sql_identifier(model.incremental_key)
+    counts = " union all ".join(
+        f"select {key}, count(*) as n from {sql_identifier(table)} group by 1" for table in keyed
+    )
+    rows = dict(con.execute(f"select {key}, sum(n) from ({counts}) where {key} is not null group by 1").fetchall())
+    batches: list[list[str]] = [[]]
+    filled = 0
+    for value in sorted(set(keys) | set(rows)):
+        if batches[-1] and filled + rows.get(value, 0) > model.batch_rows:
+            batches.append([])
+            filled = 0
+        batches[-1].append(value)
+        filled += rows.get(value, 0)
+    return batches
+
+
+def keyed_tables(con: duckdb.DuckDBPyConnection, model: SqlModel) -> list[str]:
+    """The models the model reads that have its incremental key."""
+    return [dep for dep in model.model_deps if model.incremental_key in dict(columns(con, dep))]
+
+
+def run_model_in_batches(con: duckdb.DuckDBPyConnection, model: SqlModel, batches: list[list[str]]) -> int:
+    """Creates or replaces an incremental model's table from its rows computed one batch of keys after another (each
+    batch as run_model_rows computes changed keys), then its rows without a key; returns its row count.
+    A batch's group-bys fit in the memory limit where those of the whole table spill to disk. In one transaction: a
+    failure leaves the table as it was."""
+    if len(batches) <= 1:
+        return run_model(con, model)
+    select = f"select * from (\n{model.sql.rstrip().rstrip(';')}\n)"
+    key = model.incremental_key
+    keyed = keyed_tables(con, model)
+    try:
+        with transaction(con):
+            con.execute(f"create or replace table {model.name} as {select} limit 0")
+            for chosen in [keys_filter(key, batch) for batch in batches] + [f"{sql_identifier(key)} is null"]:
+                with rows_of_keys(con, keyed, chosen):
+                    con.execute(f"insert into {model.name} {select} where {chosen}")
+    except duckdb.Error as exc:
+        raise ModelError(f"{model.path}: {exc}") from None
+    return con.execute(f"select count(*) from {model.name}").fetchone()[0]
 
 
 def keys_filter(key: str, values: list[str]) -> str:

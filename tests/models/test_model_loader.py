@@ -74,7 +74,7 @@ def test_schema_yml_declares_columns_tests_and_the_incremental_key(tmp_path):
 version: 2
 models:
   - name: scores
-    config: {materialized: incremental, incremental_strategy: delete+insert, unique_key: run_id}
+    config: {materialized: incremental, incremental_strategy: delete+insert, unique_key: run_id, batch_rows: 500}
     meta: {dagster: {columns_from: [lake.runs]}}
     data_tests:
       - dbt_utils.unique_combination_of_columns:
@@ -89,7 +89,7 @@ models:
         description: Its score.
 """)
     model = load_models(tmp_path)["scores"]
-    assert model.incremental_key == "run_id"
+    assert (model.incremental_key, model.batch_rows) == ("run_id", 500)
     assert [(c.name, c.data_type, c.description, c.tests) for c in model.columns] == [
         ("run_id", "varchar", "The run.", ("unique", "not_null")),
         ("score", "double", "Its score.", ()),
@@ -108,6 +108,7 @@ models:
             r"column `run_id`.*among unique, not_null",
         ),
         ("  - name: scores\n    data_tests: [unique]\n", r"data_tests are dbt_utils.unique_combination_of_columns"),
+        ("  - name: scores\n    config: {batch_rows: 1000}\n", r"batch_rows is .* for an incremental model only"),
     ],
 )
 def test_a_schema_yml_the_loader_cannot_honour_is_refused_naming_it(tmp_path, declaration, refusal):

@@ -21,9 +21,11 @@ from pipelines.models import (
     columns,
     columns_digest,
     digest,
+    key_batches,
     key_digests,
     load_models,
     run_model,
+    run_model_in_batches,
     run_model_rows,
     set_parameters,
     transaction,
@@ -152,7 +154,8 @@ def _refresh_incremental(con, model: SqlModel, params: dict, lake) -> tuple[str,
                 done = f"{len(changed)} {model.incremental_key}(s) computed again"
     if done == "rebuilt":
         changed = None
-        _rebuild(con, model, params, lake)
+        _prepare(con, model, params, lake)
+        run_model_in_batches(con, model, key_batches(con, model, list(stamps)))
     shape = columns_digest(con, model.name)
     fingerprint = digest(whole, shape, stamps)
     if done != "kept":  # after the rows: a crash in between only means the same runs are computed again
