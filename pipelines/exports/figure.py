@@ -225,11 +225,11 @@ def _panels() -> Figure:
     """A new figure of the three panels, empty: the reward panel on the left, the other two stacked on its right."""
     from matplotlib.figure import Figure
 
-    from pipelines.exports.figure_canvas import ReplayingCanvas
+    from pipelines.exports.figure_canvas import canvas_class
 
     # Drawn on an Agg canvas, never through pyplot: no display needed and no global figure state.
     fig = Figure(figsize=FIGURE_INCHES, dpi=FIGURE_DPI)
-    ReplayingCanvas(fig)
+    canvas_class()(fig)
     grid = fig.add_gridspec(2, 2, width_ratios=[1.75, 1])
     ax_reward = fig.add_subplot(grid[:, 0])
     fig.add_subplot(grid[0, 1], sharex=ax_reward)
@@ -467,15 +467,16 @@ def render(fig: Figure, fmt: str, dpi: int = FIGURE_DPI) -> bytes:
 
 
 def raster(fig: Figure, dpi: int = FIGURE_DPI) -> Image.Image:
-    """The figure drawn by Agg (ReplayingCanvas) at dpi on white, as an RGB image (opaque: an alpha channel would only
-    add bytes).
+    """The figure drawn by Agg (figure_canvas.canvas_class) at dpi on white, as an RGB image (opaque: an alpha channel
+    would only add bytes).
 
     Read from the canvas's own buffer: savefig would copy it into a file object first (a tenth of the time)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from PIL import Image
 
-    from pipelines.exports.figure_canvas import ReplayingCanvas
+    from pipelines.exports.figure_canvas import canvas_class
 
-    canvas = fig.canvas if isinstance(fig.canvas, ReplayingCanvas) else ReplayingCanvas(fig)
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else canvas_class()(fig)
     fig.set_dpi(dpi)
     fig.set_facecolor("white")
     with _drawing():

@@ -9,15 +9,14 @@ import numpy as np
 from matplotlib import cbook
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.backends.backend_mixed import MixedModeRenderer
-from matplotlib.backends.backend_svg import (
-    FigureCanvasSVG,
-    RendererSVG,
-    _generate_css,
-    _quote_escape_attrib,
-    _short_float_fmt,
-)
-from matplotlib.font_manager import fontManager, get_font
+from matplotlib.backends.backend_svg import FigureCanvasSVG, RendererSVG
+from matplotlib.font_manager import FontManager, fontManager, get_font
 from matplotlib.transforms import Affine2D
+
+try:  # matplotlib's private helpers the SVG renderer below builds on: a matplotlib without them gets its own canvas
+    from matplotlib.backends.backend_svg import _generate_css, _quote_escape_attrib, _short_float_fmt
+except ImportError:
+    _generate_css = _quote_escape_attrib = _short_float_fmt = None
 
 # matplotlib's settings a text's font and glyphs depend on, besides the text's own (words, font, size, place, angle):
 # those findfont picks a font file with, and those of the glyphs' shapes.
@@ -76,6 +75,29 @@ def _read_font_height_metrics(prop, dpi: float) -> tuple:
         scale = 1 / units_per_em * fontsize * dpi / 72
         return table[ascent_key] * scale, -table[descent_key] * scale, table[linegap_key] * scale
     return None, None, None
+
+
+# The private methods of matplotlib's renderers and font manager the canvas below calls or overrides.
+PRIVATE_METHODS = {
+    RendererSVG: (
+        "_convert_path",
+        "_get_style_dict",
+        "_make_id",
+        "_get_clip_attrs",
+        "_make_flip_transform",
+        "_get_style",
+    ),
+    FontManager: ("_find_fonts_by_props",),
+}
+BUILDS_ON_PRIVATE = _short_float_fmt is not None and all(
+    hasattr(owner, name) for owner, names in PRIVATE_METHODS.items() for name in names
+)
+
+
+def canvas_class() -> type[FigureCanvasAgg]:
+    """ReplayingCanvas where this matplotlib has the private pieces it builds on, else matplotlib's own Agg canvas:
+    the same files either way (the tests compare them byte for byte), drawn slower by the stock one."""
+    return ReplayingCanvas if BUILDS_ON_PRIVATE else FigureCanvasAgg
 
 
 class ReplayingCanvas(FigureCanvasAgg):

@@ -167,6 +167,23 @@ def test_a_text_met_before_in_another_size_colour_or_angle_is_drawn_and_measured
         assert ours[1] == stock[1], look
 
 
+def test_a_matplotlib_without_the_private_pieces_gets_its_stock_canvas_and_the_same_files(tables, monkeypatch):
+    # The canvas builds on private helpers of matplotlib's; where a matplotlib lacks them, figures are drawn on its
+    # stock Agg canvas, into the same files.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from pipelines.exports import figure, figure_canvas
+
+    job = FigureJob("abl", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, True)
+    monkeypatch.setattr(figure._last_figure, "figure", None, raising=False)
+    ours = draw(job)
+    monkeypatch.setattr(figure_canvas, "BUILDS_ON_PRIVATE", False)
+    monkeypatch.setattr(figure._last_figure, "figure", None)
+    assert figure_canvas.canvas_class() is FigureCanvasAgg
+    assert draw(job) == ours
+    assert type(figure._last_figure.figure.canvas) is FigureCanvasAgg
+
+
 def test_drawing_leaves_the_garbage_collector_as_it_found_it(tables):
     # A figure sets the objects alive before it aside from the collector (gc.freeze) while it is drawn only: none stays
     # set aside after, and objects a process set aside itself stay so.
