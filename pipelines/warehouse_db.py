@@ -99,7 +99,7 @@ def duckdb_path_problem(path: Path) -> str | None:
 def parquet_source(files: list[Path], by_name: bool = True) -> str:
     """read_parquet over exactly these files: no pattern, and no column taken from a `key=value` folder above them.
     by_name: the files' columns united by name (a file may lack some); False only for files of one schema
-    (one_schema), whose columns DuckDB then takes from the first file alone instead of reading every file's."""
+    (schema_groups), whose columns DuckDB then takes from the first file alone instead of reading every file's."""
     listing = ", ".join(sql_string(duckdb_path(f)) for f in files)
     return f"read_parquet([{listing}], hive_partitioning = false, union_by_name = {str(by_name).lower()})"
 
