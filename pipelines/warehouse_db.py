@@ -16,11 +16,11 @@ import polars as pl
 from filelock import FileLock, Timeout
 
 from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs, table_stamps
-from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, object_stamps, real_location
+from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, real_location
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
-from pipelines.settings import OBJECT_SCHEME, published_path
+from pipelines.settings import published_path
 
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
 DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
@@ -114,11 +114,13 @@ def _columns(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, str]:
 
 def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path], view: str | None = None) -> tuple[str, list[str]]:
     """The files read as one table, and its column names: each group of files of one schema read as one, the groups
-    united by name (schema_groups; without view, or when a file's schema cannot be read, every file's columns united
-    by name in one read_parquet). A column that is a STRUCT or LIST in one file and of another type in another (a
-    per-trajectory extra typed in one run, kept as JSON text in the next) is read as JSON text from every file:
-    DuckDB's union would cast the text to the STRUCT, or fail to."""
-    groups = schema_groups(con, view, files) if view is not None and len(files) > 1 else None
+    united by name (schema_groups; without view, in a bucket, or when a file's schema cannot be read, every file's
+    columns united by name in one read_parquet). A column that is a STRUCT or LIST in one file and of another type
+    in another (a per-trajectory extra typed in one run, kept as JSON text in the next) is read as JSON text from
+    every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
+    # Not in a bucket: DuckDB's parquet_schema would look for its own S3 extension there, not the lake's filesystem.
+    local = view is not None and len(files) > 1 and not in_bucket(files[0])
+    groups = schema_groups(con, view, files) if local else None
     if groups is None:
         return _united_by_name(con, files)
     sources = [parquet_source(group, by_name=False) for group in groups]
@@ -185,7 +187,7 @@ def schema_groups(con: duckdb.DuckDBPyConnection, view: str, files: list[LakePat
         f"create table if not exists {BOOKKEEPING}.lake_file_schemas"
         " (view varchar, file varchar, stamp varchar, schema varchar)"
     )
-    stamps = _file_stamps(files)
+    stamps = {str(file): file_stamp(file) for file in files}
     kept = {
         (file, stamp): schema
         for file, stamp, schema in con.execute(
@@ -209,18 +211,10 @@ def schema_groups(con: duckdb.DuckDBPyConnection, view: str, files: list[LakePat
     return list(groups.values())
 
 
-def _file_stamps(files: list[LakePath]) -> dict[str, str | None]:
-    """Each file's stamp (lake_store.file_stamp) by its path; in a bucket, from one listing of their table."""
-    if files and in_bucket(files[0]):
-        listed = object_stamps(files[0].parent.parent)
-        return {str(file): listed.get(str(file)) for file in files}
-    return {str(file): file_stamp(file) for file in files}
-
-
 def _read_schemas(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, str]:
     """A digest of each file's Parquet schema (_SCHEMA_FIELDS), by path; a file whose schema could not be read is
     left out."""
-    paths = {file if file.startswith(OBJECT_SCHEME) else duckdb_path(Path(file)): file for file in files}
+    paths = {duckdb_path(file): file for file in files}  # each path as DuckDB reads it literally
     try:
         rows = con.execute(
             f"select file_name, list(({_SCHEMA_FIELDS})::varchar order by column_id, name)::varchar"

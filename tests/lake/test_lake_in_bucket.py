@@ -8,6 +8,7 @@ import duckdb
 import pytest
 from helpers import epoch_document, touch_later, write_epoch_file
 
+from pipelines import warehouse_db
 from pipelines.build import BuildError, configure
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake import RUN_TABLES, gone_runs, ingest_runs, lake_runs, partition_file, read_parquet, remove_run
@@ -78,11 +79,13 @@ def test_a_lake_in_a_bucket_holds_what_a_lake_on_disk_does_and_nothing_else(buck
     assert len(on_disk) == 2 * (1 + len(RUN_TABLES) + 1)  # per run: its id, its partitions, its manifest
 
 
-def test_duckdb_reads_the_lake_in_a_bucket_through_the_registered_filesystem(bucket, tmp_path):
+def test_duckdb_reads_the_lake_in_a_bucket_through_the_registered_filesystem(bucket, tmp_path, monkeypatch):
     fs, name = bucket
     # A prefix DuckDB and fsspec would take for a pattern, and a hive partition, if the lake's paths were not names.
     local, remote = both_lakes(tmp_path, f"s3://{name}/we[ir]d*?=x lake")
     assert list(lake_runs(remote)) == list(RUNS)
+    read, schemas_of = [], warehouse_db._read_schemas
+    monkeypatch.setattr(warehouse_db, "_read_schemas", lambda con, files: read.extend(files) or schemas_of(con, files))
     rows = {}
     for lake in (local, remote):
         with duckdb.connect() as con:
@@ -94,6 +97,8 @@ def test_duckdb_reads_the_lake_in_a_bucket_through_the_registered_filesystem(buc
             ]
     assert rows[str(remote)] == rows[str(local)]
     assert len(rows[str(local)][0]) == 2 + 2  # epochs: two of each run, the damaged one not loaded
+    # The files' schemas are read on the disk alone: in a bucket DuckDB would look for its own S3 extension instead.
+    assert read and not [file for file in read if file.startswith("s3://")]
     with duckdb.connect() as con, pytest.raises(duckdb.Error):
         create_lake_views(con, remote)  # without the filesystem, DuckDB has no way to the bucket
 
