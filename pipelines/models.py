@@ -253,6 +253,11 @@ def columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[tuple[str, st
     return [(name, kind) for name, kind, *_ in con.execute(f"describe {relation}").fetchall()]
 
 
+def model_query(model: SqlModel) -> str:
+    """The model's SQL as a query that a `where` on its columns can follow."""
+    return f"select * from (\n{model.sql.rstrip().rstrip(';')}\n)"
+
+
 def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[str]) -> bool:
     """Computes again the rows of the given values of the model's incremental key, in place of the table's; False,
     with the table untouched, when the model's columns now differ from the table's (a new extra key, say): the
@@ -262,7 +267,7 @@ def run_model_rows(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[s
     the model reads. Rows computed again are appended: a table's row order is only that of its `order by` when it
     was rebuilt whole.
     """
-    select = f"select * from (\n{model.sql.rstrip().rstrip(';')}\n)"
+    select = model_query(model)
     try:
         if columns(con, f"{select}") != columns(con, model.name):
             return False
@@ -284,15 +289,17 @@ def key_batches(con: duckdb.DuckDBPyConnection, model: SqlModel, keys: list[str]
     """The keys, and any other key of the tables the model reads, in batches of about the model's batch_rows rows of
     those tables that have its key (its costly group-bys scale with them), in key order; one batch when the model
     declares no batch_rows or those tables hold fewer rows in all."""
-    keyed = keyed_tables(con, model)
-    total = sum(con.execute(f"select count(*) from {sql_identifier(table)}").fetchone()[0] for table in keyed)
-    if not model.batch_rows or total <= model.batch_rows:
+    keyed = keyed_tables(con, model) if model.batch_rows else []
+    if not keyed:
         return [sorted(keys)]
     key = sql_identifier(model.incremental_key)
     counts = " union all ".join(
         f"select {key}, count(*) as n from {sql_identifier(table)} group by 1" for table in keyed
     )
-    rows = dict(con.execute(f"select {key}, sum(n) from ({counts}) where {key} is not null group by 1").fetchall())
+    rows = dict(con.execute(f"select {key}, sum(n) from ({counts}) group by 1").fetchall())
+    if sum(rows.values()) <= model.batch_rows:  # the rows without a key included
+        return [sorted(keys)]
+    rows.pop(None, None)
     batches: list[list[str]] = [[]]
     filled = 0
     for value in sorted(set(keys) | set(rows)):
@@ -316,7 +323,7 @@ def run_model_in_batches(con: duckdb.DuckDBPyConnection, model: SqlModel, batche
     failure leaves the table as it was."""
     if len(batches) <= 1:
         return run_model(con, model)
-    select = f"select * from (\n{model.sql.rstrip().rstrip(';')}\n)"
+    select = model_query(model)
     key = model.incremental_key
     keyed = keyed_tables(con, model)
     try:
