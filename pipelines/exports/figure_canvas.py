@@ -57,10 +57,16 @@ def font_height_metrics(prop, dpi: float) -> tuple[float, float, float]:
     key = (*_font_key(prop), dpi)
     metrics = _font_heights.get(key)
     if metrics is None:
-        if len(_font_heights) >= DRAWN_TEXTS_KEPT:
-            _font_heights.clear()
-        metrics = _font_heights[key] = _read_font_height_metrics(prop, dpi)
+        metrics = _kept(_font_heights, key, _read_font_height_metrics(prop, dpi))
     return metrics
+
+
+def _kept(cache: dict, key, value):
+    """The value, kept in the cache under key; a cache of DRAWN_TEXTS_KEPT entries is emptied first, all at once."""
+    if len(cache) >= DRAWN_TEXTS_KEPT:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _read_font_height_metrics(prop, dpi: float) -> tuple:
@@ -130,16 +136,20 @@ class ReplayingCanvas(FigureCanvasAgg):
     filetypes = {**FigureCanvasAgg.filetypes, "svg": FigureCanvasSVG.filetypes["svg"]}
 
 
-class TextReplayingRenderer(RendererAgg):
+class FontHeightsOnce:
+    """A renderer mixin: a font's ascent, descent and line gap read once per process (font_height_metrics)."""
+
+    def _get_font_height_metrics(self, prop):
+        # Text._get_layout's hook for a renderer's own font metrics, at the figure's dpi as it reads them itself.
+        return font_height_metrics(prop, self.figure.dpi)
+
+
+class TextReplayingRenderer(FontHeightsOnce, RendererAgg):
     """Agg's renderer, which draws a text met before at the same place from the glyph images FreeType made then.
 
     Laying a text out and rasterising its glyphs is half of a figure's raster, and most texts come back from one figure
     to the next at the same place: titles, axis labels, keys, tick labels. The pixels are Agg's own: the same
     blending calls with the same glyph images."""
-
-    def _get_font_height_metrics(self, prop):
-        # Text._get_layout's hook for a renderer's own font metrics, at the figure's dpi as it reads them itself.
-        return font_height_metrics(prop, self.figure.dpi)
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         # a text's font features or language (matplotlib 3.11) change its shapes: such texts are drawn as usual
@@ -159,9 +169,7 @@ class TextReplayingRenderer(RendererAgg):
         finally:
             self._renderer = recorder.target
         if recorder.complete:
-            if len(_drawn_texts) >= DRAWN_TEXTS_KEPT:
-                _drawn_texts.clear()
-            _drawn_texts[key] = recorder.glyphs
+            _kept(_drawn_texts, key, recorder.glyphs)
         return None
 
 
@@ -184,7 +192,7 @@ class GlyphRecorder:
         return getattr(self.target, name)
 
 
-class MeasuringOnceSVGRenderer(RendererSVG):
+class MeasuringOnceSVGRenderer(FontHeightsOnce, RendererSVG):
     """matplotlib's SVG renderer, which measures a text once per process rather than once per file, and writes the
     marks of a line (a run's per-epoch means: thousands of them) working their shared style out once."""
 
@@ -192,19 +200,13 @@ class MeasuringOnceSVGRenderer(RendererSVG):
         self._svg_file = svgwriter
         super().__init__(width, height, svgwriter, *args, **kwargs)
 
-    def _get_font_height_metrics(self, prop):
-        # Text._get_layout's hook for a renderer's own font metrics, at the figure's dpi as it reads them itself.
-        return font_height_metrics(prop, self.figure.dpi)
-
     def get_text_width_height_descent(self, s, prop, ismath):
         if ismath:
             return super().get_text_width_height_descent(s, prop, ismath)
         key = (s, *_font_key(prop))
         size = _svg_text_sizes.get(key)
         if size is None:
-            if len(_svg_text_sizes) >= DRAWN_TEXTS_KEPT:
-                _svg_text_sizes.clear()
-            size = _svg_text_sizes[key] = super().get_text_width_height_descent(s, prop, ismath)
+            size = _kept(_svg_text_sizes, key, super().get_text_width_height_descent(s, prop, ismath))
         return size
 
     def draw_markers(self, gc, marker_path, marker_trans, path, trans, rgbFace=None):
