@@ -27,7 +27,10 @@ def configure(
 ):
     """The one configuration of a build: the given values (None: not given; parameters as NAME=VALUE texts), the
     environment for the rest, every value checked before any work starts (BuildError naming the first bad one)."""
-    from pipelines.defs.resources import WarehouseConfig
+    from pipelines.heap import collections_paused
+
+    with collections_paused():
+        from pipelines.defs.resources import WarehouseConfig
 
     if workers is not None and workers < 0:
         raise BuildError(f"--workers must be 0 (one per core) or more, not {workers}")
@@ -92,9 +95,12 @@ MAX_PARTITION_GAP = 25
 
 def _build_locked(config, full_scan: bool = False) -> list[str]:
 
-    from pipelines.definitions import build_definitions
-    from pipelines.defs.ingest.partitions import partition_key
-    from pipelines.removals import removal_refusal
+    from pipelines.heap import collections_paused, older_objects_set_aside
+
+    with collections_paused():
+        from pipelines.definitions import build_definitions
+        from pipelines.defs.ingest.partitions import partition_key
+        from pipelines.removals import removal_refusal
 
     started = time.perf_counter()
     if not config.releases:
@@ -115,10 +121,12 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
         flush=True,
     )
 
-    definitions = build_definitions(config)
+    with collections_paused():
+        definitions = build_definitions(config)
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     # The build database stays open from the first step to the last, not opened and checkpointed again by each.
     with (
+        older_objects_set_aside(),
         _instance(persistent, config.executor) as instance,
         _planned_events_per_asset(not persistent),
         config.hold_build_db(),

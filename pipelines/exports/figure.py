@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import io
 import math
 import multiprocessing
@@ -19,6 +18,8 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import polars as pl
+
+from pipelines.heap import older_objects_set_aside
 
 # matplotlib and PIL are imported where a figure is drawn: loading the code location (every build, the UI) does
 # not pay for them (0.6 s of CPU).
@@ -561,28 +562,12 @@ _last_figure = threading.local()
 def draw(job: FigureJob) -> tuple[dict[str, bytes], bytes | None]:
     """The files of one ablation's figure (figure_files) and its preview JPEG if asked for."""
     reuse, _last_figure.figure = getattr(_last_figure, "figure", None), None
-    with _older_objects_set_aside():
+    with older_objects_set_aside():
         fig = ablation_figure(job.ablation, *job.rows, job.smoothing, final_window=job.final_window, reuse=reuse)
         image = raster(fig)
         drawn = figure_files(job.ablation, fig, image), preview_jpeg(image) if job.preview else None
     _last_figure.figure = fig  # kept only once drawn whole: a figure left half drawn by an error is not reused
     return drawn
-
-
-@contextmanager
-def _older_objects_set_aside():
-    """Python's garbage collector leaves the objects alive before a figure alone while it is drawn (gc.freeze), and
-    takes them back after: a full collection, which a figure's allocations set off now and then, otherwise looks at
-    every object of the process (matplotlib's, polars', a Dagster run's: a tenth of a second or more each time). A
-    process that set objects aside itself is left as it is: taking ours back would take its own back too."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def draw_figures(jobs: list[FigureJob], workers: int = 0) -> list[tuple[dict[str, bytes], bytes | None]]:
