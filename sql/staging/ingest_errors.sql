@@ -1,5 +1,5 @@
 -- One row per problem found in the input: the file (path relative to its release), what is wrong and where,
--- and what was done about it. Rebuilt by every build, so a fixed file leaves it.
+-- and what was done about it. A fixed file leaves it at the next build.
 with file_problems as (
     select * from lake.errors
 ),

@@ -98,9 +98,12 @@ def test_the_incremental_models_are_the_run_local_ones():
         "epoch_trajectory_counts",
         "fact_epochs",
         "fact_trajectories",
+        "file_inventory",
         "group_metrics",
+        "ingest_errors",
         "reward_breakdowns",
         "run_summary",
+        "unloaded_epochs",
         "value_warnings",
     ]
     # run_summary reads the one thing that depends on the other runs of an ablation, its compute-matched horizon,
@@ -248,6 +251,15 @@ def apply_edit(release: Path, kind: str, which: int) -> None:
     if kind == "registry":
         write_registry(release.parent / "registry.csv", which)
         return
+    if kind == "root_entry":  # an entry at the release root, there or gone: a row of file_inventory without a run
+        entry = release / ["notes.txt", "dangling"][which % 2]
+        if entry.is_symlink() or entry.exists():
+            entry.unlink()
+        elif which % 2:  # a broken link: a problem of the release, a row of ingest_errors without a run too
+            entry.symlink_to(release / "no_such_target")
+        else:
+            entry.write_text("not a run")
+        return
     runs = sorted(p for p in release.iterdir() if p.is_dir())
     if kind == "new_run" or not runs:
         name = f"run_new{len(runs)}"
@@ -287,7 +299,19 @@ def apply_edit(release: Path, kind: str, which: int) -> None:
 EDITS = st.lists(
     st.tuples(
         st.sampled_from(
-            ["add", "duplicate", "remove", "rewrite", "damage", "new_key", "retype", "registry", "new_run", "drop_run"]
+            [
+                "add",
+                "duplicate",
+                "remove",
+                "rewrite",
+                "damage",
+                "new_key",
+                "retype",
+                "registry",
+                "new_run",
+                "drop_run",
+                "root_entry",
+            ]
         ),
         st.integers(0, 11),
     ),
@@ -303,6 +327,7 @@ EDITS = st.lists(
 @given(edits=EDITS)
 @example(edits=[("new_key", 0), ("add", 0), ("add", 4)])  # found by it: a new key in a kept run's first epoch
 @example(edits=[("new_key", 1), ("rewrite", 4), ("rewrite", 4)])  # and the only document with a key rewritten
+@example(edits=[("root_entry", 1), ("add", 0), ("root_entry", 1)])  # a release's own problem, then gone
 def test_after_any_edits_the_kept_warehouse_equals_a_build_from_scratch(build, monkeypatch, edits):
     """Differential: whatever changes follow one another (epochs added, removed, rewritten, damaged, duplicated in
     the other layout, new keys, keys changing type, run attributes in the registry, runs new and gone), each
