@@ -415,8 +415,12 @@ def store_results(
         for check, fingerprint, result in results
     ]
     if rows:
+        # One statement of many rows: executemany runs one per row, 3-5 ms each on the build database at 100x.
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(rows))
         with transaction(con):
-            con.executemany(f"insert or replace into {BOOKKEEPING}.check_state values (?, ?, ?, ?, ?, ?, ?)", rows)
+            con.execute(
+                f"insert or replace into {BOOKKEEPING}.check_state values {values}", [v for row in rows for v in row]
+            )
 
 
 class Rewritten(NamedTuple):
