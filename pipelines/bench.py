@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,6 +216,19 @@ def step_pandas(releases: list[str], out: str) -> dict:
     return {"seconds": time.perf_counter() - started, "runs": len(runs), "trajectories": rows}
 
 
+def _timed(function: Callable, spent: list[float]) -> Callable:
+    """The function, with the seconds each call takes appended to spent."""
+
+    def timed(*args, **kwargs):
+        begun = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - begun)
+
+    return timed
+
+
 def step_build(releases: list[str], warehouse: str, workers: int, lake_dir: str | None = None) -> dict:
     """The whole `grpo-warehouse build` (its lake in the warehouse folder, or at lake_dir), Dagster included; step
     durations come from Dagster's own step events."""
@@ -234,30 +247,12 @@ def step_build(releases: list[str], warehouse: str, workers: int, lake_dir: str 
         return result
 
     dg.JobDefinition.execute_in_process = recording
-    # The CLI's check of which runs to ingest, made before Dagster starts: counted with the ingest steps.
-    check = lake.select_runs
+    # The CLI's check of which runs to ingest, made before Dagster starts: counted with the ingest steps. The ingest
+    # itself inside run_lake: the step's time less this is what Dagster adds around it.
     checked: list[float] = []
-
-    def timed_check(*args, **kwargs):
-        begun = time.perf_counter()
-        try:
-            return check(*args, **kwargs)
-        finally:
-            checked.append(time.perf_counter() - begun)
-
-    lake.select_runs = timed_check
-    # The ingest itself inside run_lake: the step's time less this is what Dagster adds around it.
-    ingest = run_lake_module.ingest_runs
     ingested: list[float] = []
-
-    def timed_ingest(*args, **kwargs):
-        begun = time.perf_counter()
-        try:
-            return ingest(*args, **kwargs)
-        finally:
-            ingested.append(time.perf_counter() - begun)
-
-    run_lake_module.ingest_runs = timed_ingest
+    lake.select_runs = _timed(lake.select_runs, checked)
+    run_lake_module.ingest_runs = _timed(run_lake_module.ingest_runs, ingested)
     started = time.perf_counter()
     try:
         build_warehouse(configure(releases, workers=workers, warehouse=str(warehouse), lake=lake_dir))
