@@ -13,10 +13,6 @@ from pipelines.build import BuildError, build_warehouse, configure
 from pipelines.release.discover import LAYOUTS
 from pipelines.settings import DEFAULT_WAREHOUSE, ENV_LAKE, ENV_WAREHOUSE, published_path, warehouse_dir
 
-# The interpreter's last collection, at exit, looks at every object still alive (a quarter of a second after a build
-# at 100x) to free memory that goes back with the process anyway: set aside, they are left alone.
-atexit.register(gc.freeze)
-
 
 class CommandError(Exception):
     """A reason the command could not do its work, printed on one line."""
@@ -230,6 +226,9 @@ def run_build(args) -> int:
         args.release, args.registry, args.workers, args.warehouse, args.remove_release, args.param, args.lake
     )
     not_loading = build_warehouse(config, args.full_scan, args.wait)
+    # The interpreter's last collection, at exit, looks at every object still alive (a quarter of a second after a
+    # build at 100x) to free memory that goes back with the process anyway: set aside, they are left alone.
+    atexit.register(gc.freeze)
     if args.strict and not_loading:
         print(f"grpo-warehouse build: --strict: {'; '.join(not_loading)}", file=sys.stderr)
         return 1
