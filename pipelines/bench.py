@@ -789,8 +789,8 @@ def build_ratios(raw: dict, summary: dict) -> dict:
         "bootstrap_seconds": bootstrap,
         "bootstrap_share": bootstrap / wall["build_full"],
     }
-    if call is not None:
-        ratios["dagster_around_ingest_seconds"] = steps["ingest"] - call
+    if call is not None and "run_lake" in steps["by_step"]:  # the step's time less the call inside it
+        ratios["dagster_around_ingest_seconds"] = steps["by_step"]["run_lake"] - call
     if "figures" in raw:
         figures = raw["figures"][0]["result"]
         cpu = figures["cpu_per_ablation"]
