@@ -120,7 +120,9 @@ def _reml_projection(epochs: tuple[float, ...], phi: float, noise_ratio: float) 
 def reml_terms(values: np.ndarray, epochs: np.ndarray, grid: list[tuple[float, float]]):
     """Per grid point (rows of the result) and run (columns): the residual sum of squares y'Py of the values around
     the generalised least-squares trend, in units of σ²; and per grid point log|Σ/σ²| + log|X'(Σ/σ²)⁻¹X|."""
-    key = tuple(np.asarray(epochs, dtype=float))
+    # the trend's design is standardised, so runs whose epochs differ by a shift share one projection
+    epochs = np.asarray(epochs, dtype=float)
+    key = tuple(epochs - epochs[0])
     projections = [_reml_projection(key, phi, ratio) for phi, ratio in grid]
     squares = np.stack([((projection @ values.T) ** 2).sum(axis=0) for projection, _ in projections])
     return squares, np.array([log_det for _, log_det in projections])
@@ -179,6 +181,7 @@ def t_quantile(p: float, df) -> np.ndarray:
 
 def welch_df(variance_a, df_a, variance_b, df_b) -> np.ndarray:
     """Welch–Satterthwaite degrees of freedom of a difference of two estimates."""
+    variance_a, variance_b = np.asarray(variance_a, dtype=float), np.asarray(variance_b, dtype=float)
     total = variance_a + variance_b
     with np.errstate(divide="ignore"):  # infinite df (a normal quantile) gives 0 terms
         return total**2 / (variance_a**2 / df_a + variance_b**2 / df_b)
@@ -187,3 +190,124 @@ def welch_df(variance_a, df_a, variance_b, df_b) -> np.ndarray:
 def run_df(fit_effective_n) -> np.ndarray:
     """Degrees of freedom of a run's estimated window variance: the fit's effective n − 1, at least MIN_DF."""
     return np.maximum(np.asarray(fit_effective_n) - 1, MIN_DF)
+
+
+# The interface the SQL models call (through DuckDB Python functions): one run's interval, a contrast of two runs,
+# and a contrast of two arms of seeds.
+METHODS = ("reml", "ar1", "iid")
+MIN_FIT_EPOCHS = 5
+
+
+def interval_quantile(level: float, df: float) -> float:
+    """The half-width's multiplier at `level`: Student's t on df degrees of freedom, the normal's when df is inf."""
+    upper = (1 - level) / 2
+    if math.isinf(df):
+        return NormalDist().inv_cdf(1 - upper)
+    return float(t_quantile(upper, df))
+
+
+def _bounds(estimate: float, variance: float, df: float, level: float) -> tuple[float | None, float | None]:
+    """estimate ± q·√variance; no interval without spread (a constant window) or without a variance."""
+    if not variance > 0:
+        return None, None
+    half = interval_quantile(level, df) * math.sqrt(variance)
+    return estimate - half, estimate + half
+
+
+def _run_fit(fit_values: np.ndarray, fit_epochs: np.ndarray, window_values: np.ndarray, method: str) -> dict:
+    """The window mean's variance, its degrees of freedom, the window's effective n and the AR coefficient."""
+    size = len(window_values)
+    if method == "iid":
+        variance = float(window_values.var(ddof=1)) / size
+        return {"variance": variance, "df": float(max(size - 1, MIN_DF)), "effective_n": float(size), "phi": None}
+    # a constant curve has no spread (its residuals would be rounding alone)
+    gamma0 = float(autocovariances(detrend(fit_values[None], fit_epochs), 0)[0, 0]) if np.ptp(fit_values) else 0.0
+    if method == "ar1":
+        moments = fit(fit_values[None], fit_epochs, size)
+        variance = float(moments["variance"][0]) if gamma0 > 0 else 0.0
+        phi = float(moments["phi"][0])
+        df = float(run_df(moments["fit_effective_n"][0])) if gamma0 > 0 else float(max(size - 1, MIN_DF))
+    elif method == "reml":
+        fitted = reml_fit(fit_values[None], fit_epochs, size)
+        variance, phi, df = (float(fitted["variance"][0]) if gamma0 > 0 else 0.0), float(fitted["phi"][0]), math.inf
+    else:
+        raise ValueError(f"ci_method must be one of {', '.join(METHODS)}, not {method}")
+    effective_n = gamma0 / variance if variance > 0 else float(size)
+    return {"variance": variance, "df": df, "effective_n": effective_n, "phi": phi}
+
+
+def run_interval(epochs, values, noise_variance, window: int, *, method: str, level: float, fit_epochs: int) -> dict:
+    """A run's window mean (the last `window` of its epochs up to the horizon) and its interval at `level`, the model
+    fitted to the last `fit_epochs` of those epochs with a finite value. noise_variance (each epoch's sampling
+    variance of its mean) is not used by these methods."""
+    epochs, values = np.asarray(epochs, dtype=float), np.asarray(values, dtype=float)
+    window_values = values[-window:][np.isfinite(values[-window:])]
+    fit_span = np.isfinite(values[-fit_epochs:])
+    fit_values, fit_epoch_numbers = values[-fit_epochs:][fit_span], epochs[-fit_epochs:][fit_span]
+    estimate = float(window_values.mean()) if len(window_values) else math.nan
+    result = {"estimate": estimate, "variance": None, "df": None, "ci_low": None, "ci_high": None}
+    result |= {"effective_n": None, "ar_coefficient": None, "claimable": False}
+    if len(window_values) < 2 or (method != "iid" and len(fit_values) < MIN_FIT_EPOCHS):
+        fewest = 2 if len(window_values) < 2 else MIN_FIT_EPOCHS
+        have = len(window_values) if len(window_values) < 2 else len(fit_values)
+        return result | {"reason": f"too few epochs for an interval: {have} < {fewest}"}
+    fitted = _run_fit(fit_values, fit_epoch_numbers, window_values, method)
+    ci_low, ci_high = _bounds(estimate, fitted["variance"], fitted["df"], level)
+    return result | {
+        "variance": fitted["variance"],
+        "df": fitted["df"],
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "effective_n": fitted["effective_n"],
+        "ar_coefficient": fitted["phi"],
+        "claimable": True,
+        "reason": None,
+    }
+
+
+def pair_interval(
+    a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, window: int, *, method: str, level: float, fit_epochs: int
+) -> dict:
+    """The contrast b − a of two runs' window means: delta ± q·√(V_a + V_b), q on the two variances' Welch df."""
+    options = {"method": method, "level": level, "fit_epochs": fit_epochs}
+    run_a = run_interval(a_epochs, a_values, a_noise, window, **options)
+    run_b = run_interval(b_epochs, b_values, b_noise, window, **options)
+    delta = run_b["estimate"] - run_a["estimate"]
+    result = {"delta": delta, "variance": None, "df": None, "ci_low": None, "ci_high": None, "claimable": False}
+    if run_a["variance"] is None or run_b["variance"] is None:
+        return result | {"reason": run_a["reason"] or run_b["reason"]}
+    variance = run_a["variance"] + run_b["variance"]
+    df = float(welch_df(run_a["variance"], run_a["df"], run_b["variance"], run_b["df"])) if variance > 0 else math.inf
+    ci_low, ci_high = _bounds(delta, variance, df, level)
+    claimable = run_a["claimable"] and run_b["claimable"]
+    reason = None if claimable else run_a["reason"] or run_b["reason"]
+    return result | {
+        "variance": variance,
+        "df": df,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "claimable": claimable,
+        "reason": reason,
+    }
+
+
+def arm_interval(values_a, values_b, *, level: float) -> dict:
+    """The contrast of two arms of seeds (configurations): the difference of their runs' mean matched rewards, with
+    Welch's t interval on the runs' values (each arm's spread over seeds is the unit of uncertainty)."""
+    values_a, values_b = (np.asarray(v, dtype=float)[np.isfinite(v)] for v in (values_a, values_b))
+    delta = float(values_b.mean() - values_a.mean()) if len(values_a) and len(values_b) else math.nan
+    result = {"delta": delta, "variance": None, "df": None, "ci_low": None, "ci_high": None, "claimable": False}
+    if len(values_a) < 2 or len(values_b) < 2:
+        return result | {"reason": f"too few runs an arm for an interval: {min(len(values_a), len(values_b))} < 2"}
+    variance_a, variance_b = values_a.var(ddof=1) / len(values_a), values_b.var(ddof=1) / len(values_b)
+    variance = float(variance_a + variance_b)
+    df = float(welch_df(variance_a, len(values_a) - 1, variance_b, len(values_b) - 1)) if variance > 0 else math.inf
+    ci_low, ci_high = _bounds(delta, variance, df, level)
+    return result | {
+        "variance": variance,
+        "df": df,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "claimable": True,
+        "reason": None,
+    }
