@@ -326,8 +326,8 @@ def _asset_keys(definitions, partitioned: bool) -> list:
 
 def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:
     """Prints what the build loaded, and what it could not, and where it is (the lake: <warehouse>/lake unless given);
-    returns what `--strict` fails on (releases and runs that loaded nothing, or far fewer epochs than their entries),
-    one phrase each."""
+    returns what `--strict` fails on (releases and runs that loaded nothing, or far fewer epochs than their entries,
+    registry rows naming no run), one phrase each."""
     import duckdb
 
     path = published_path(warehouse)
@@ -345,7 +345,7 @@ def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:
             f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
             f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
         )
-        not_loading = _print_not_loaded(con)
+        not_loading = _print_not_loaded(con) + _print_unused_registry_rows(con)
     print(f"  DuckDB file: {path}")
     print(f"  Parquet lake: {lake or warehouse / 'lake'}")
     if (warehouse / "exports").is_dir():
@@ -354,6 +354,19 @@ def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:
         print(f"  run explorer: {warehouse / 'exports' / 'explorer' / 'index.html'} (open it in a browser)")
     print('  try: grpo-warehouse sql "select * from run_summary"')
     return not_loading
+
+
+def _print_unused_registry_rows(con) -> list[str]:
+    """A warning line per registry row that names no run (the first five; ingest_errors lists them all)."""
+    unused = [row[0] for row in con.execute(REGISTRY_ROWS_UNUSED_SQL).fetchall()]
+    for message in unused[:5]:
+        print(f"warning: {message}", file=sys.stderr)
+    if len(unused) > 5:
+        print(f"warning: and {len(unused) - 5} more registry row(s) naming no run (see ingest_errors)", file=sys.stderr)
+    return [f"{len(unused)} registry row(s) name no run"] if unused else []
+
+
+REGISTRY_ROWS_UNUSED_SQL = "select message from ingest_errors where error_kind = 'registry_row_unused'"
 
 
 def _print_not_loaded(con) -> list[str]:

@@ -76,8 +76,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--strict",
         action="store_true",
-        help="exit 1 when a run loaded no epoch or far fewer than its epoch entries, or a release "
-        "loaded none (for scheduled refreshes that should page someone)",
+        help="exit 1 when a run loaded no epoch or far fewer than its epoch entries, a release "
+        "loaded none, or a registry row names no run (for scheduled refreshes that should page someone)",
     )
     build.add_argument(
         "--wait",

@@ -26,6 +26,9 @@ RUN_COLUMNS = {
     "release_root": pl.String,
 }
 REGISTRY_COLUMNS = [c for c in RUN_COLUMNS if c not in ("release", "release_root")]
+# A trailing seed number: `_s3`, `_s003`, `-s3`, `_seed3`, `-seed3`, `_seed_3`, `-seed-3` (any case). Runs whose names
+# differ only by it are seeds of one configuration, named by what comes before it.
+SEED_SUFFIX = re.compile(r"(?P<config>.+)[_-](?:s|seed[_-]?)(?P<seed>[0-9]+)", re.IGNORECASE)
 _FP_IN_NAME = re.compile(r"(?:^|_)(\d+)fp(?=_|$)")
 _FAMILY_IN_NAME = (
     (re.compile(r"(?:^|_)binary(?=_|$|\d)"), "binary"),
@@ -42,6 +45,13 @@ def infer_from_name(run_id: str) -> dict:
     fp = _FP_IN_NAME.findall(run_id)
     family = next((name for pattern, name in _FAMILY_IN_NAME if pattern.search(run_id)), None)
     return {"reward_family": family, "fp_per_group": int(fp[-1]) if fp else None}
+
+
+def seed_of(name: str) -> tuple[str, int | None]:
+    """A run's (or release's) configuration name and seed number: `mt3_2fp_s001` is seed 1 of `mt3_2fp`; a name
+    without a seed suffix is its own configuration, seed None."""
+    match = SEED_SUFFIX.fullmatch(name)
+    return (match["config"], int(match["seed"])) if match else (name, None)
 
 
 def read_registry(path: Path) -> pl.DataFrame:
@@ -107,7 +117,12 @@ def _check_rows(path: Path, frame: pl.DataFrame, typed: pl.DataFrame) -> None:
 
 
 def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -> pl.DataFrame:
-    """One row per run folder: later registries override earlier ones, column by column; names fill the rest."""
+    """One row per run folder: later registries override earlier ones, column by column; names fill the rest.
+
+    A registry row applies to the run it names and to the seeds of that configuration (runs named like it plus a seed
+    suffix, SEED_SUFFIX), a run's own row first; a label taken from its configuration's row gets the seed number.
+    Without a registry, a run's arm is its configuration and its ablation its arm's: the first (by run id) that a
+    registry gives a run of the arm, else the first run's release folder name without its seed suffix."""
     rows = [
         {
             "run_id": run.run_id,
@@ -121,22 +136,58 @@ def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -
         }
         for run in runs
     ]
-    dim = pl.DataFrame(rows, schema=RUN_COLUMNS)
+    configs = [(seed_of(run.run_id), seed_of(run.release)[0]) for run in runs]
+    dim = pl.DataFrame(rows, schema=RUN_COLUMNS).with_columns(
+        _config=pl.Series([config for (config, _), _ in configs], dtype=pl.String),
+        _seed=pl.Series([seed for (_, seed), _ in configs], dtype=pl.Int64),
+        _release_config=pl.Series([release for _, release in configs], dtype=pl.String),
+    )
     for path in (BUNDLED_REGISTRY, *registries):
-        registry = read_registry(path)
-        overrides = [c for c in registry.columns if c != "run_id"]
-        dim = (
-            dim.join(registry.rename({c: f"{c}__override" for c in overrides}), on="run_id", how="left")
-            .with_columns(pl.coalesce(f"{c}__override", c).alias(c) for c in overrides)
-            .drop(f"{c}__override" for c in overrides)
-        )
+        dim = _override(dim, read_registry(path))
     return (
-        dim.with_columns(
+        dim.sort("run_id")
+        .with_columns(
             pl.col("group_size").fill_null(DEFAULT_GROUP_SIZE),
-            pl.col("ablation").fill_null(pl.col("release")),
             pl.col("label").fill_null(pl.col("run_id")),
-            pl.col("arm").fill_null(pl.col("run_id")),
+            pl.col("arm").fill_null(pl.col("_config")),
+        )
+        .with_columns(
+            pl.col("ablation")
+            .fill_null(pl.col("ablation").drop_nulls().first().over("arm"))
+            .fill_null(pl.col("_release_config").first().over("arm"))
         )
         .select(list(RUN_COLUMNS))
-        .sort("run_id")
     )
+
+
+def _override(dim: pl.DataFrame, registry: pl.DataFrame) -> pl.DataFrame:
+    """dim with one registry's values where it has them: a run's own row first, then its configuration's."""
+    overrides = [c for c in registry.columns if c != "run_id"]
+    own = registry.rename({c: f"{c}__own" for c in overrides})
+    of_config = registry.rename({"run_id": "_config", **{c: f"{c}__config" for c in overrides}})
+    inherited = {c: pl.col(f"{c}__config") for c in overrides}
+    if "label" in inherited:
+        # null for a run without a seed number, which keeps the label as written
+        with_seed = pl.concat_str(inherited["label"], pl.lit(" · seed "), pl.col("_seed"))
+        inherited["label"] = pl.coalesce(with_seed, inherited["label"])
+    return (
+        dim.join(own, on="run_id", how="left")
+        .join(of_config, on="_config", how="left")
+        .with_columns(pl.coalesce(f"{c}__own", inherited[c], c).alias(c) for c in overrides)
+        .drop(f"{c}__{source}" for c in overrides for source in ("own", "config"))
+    )
+
+
+def unmatched_registry_rows(runs: Sequence[RunFolder], registries: Sequence[Path]) -> list[str]:
+    """One line per row of the given registries that names neither a run nor a configuration of one (a mistyped
+    run id, or a run that is gone): the row is not used."""
+    names = {name for run in runs for name in (run.run_id, seed_of(run.run_id)[0])}
+    problems = []
+    for path in registries:
+        for line, run_id in enumerate(read_registry(path)["run_id"], start=2):
+            if run_id not in names:
+                problems.append(
+                    f"{path}, line {line}: run {run_id!r} is not in any release (nor a configuration whose seeds "
+                    "are); the row is not used"
+                )
+    return problems

@@ -1,5 +1,5 @@
 -- One row per run: its release, reward family, false-positive controls per group, group size, ablation, label and
--- arm (the configuration it is a seed of; the run itself unless the registry says otherwise).
+-- arm (the configuration it is a seed of: unless the registry says otherwise, the run id without its seed suffix).
 with runs as (
     select * from lake.runs
 ),

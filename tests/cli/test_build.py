@@ -144,3 +144,34 @@ def test_parameters_given_on_the_command_line_reach_the_models_of_that_build_onl
         ("run_a", 0, 5),
         ("run_b", 0, 5),
     ]
+
+
+def test_seeds_grouped_by_name_and_a_registry_row_naming_no_run(tmp_path, write_epoch, build, query, capsys):
+    release = tmp_path / "sweep_seed_1"
+    for run in ("lr3_s1", "lr3_s2", "lr4_s1"):
+        write_epoch(release / run, 0)
+    registry = tmp_path / "runs.csv"
+    registry.write_text("run_id,label\nlr3,LR 3\nlr5_s1,typo\n")
+    wh = tmp_path / "wh"
+
+    assert build([release], wh, "--registry", str(registry)) == 0
+    assert query(wh, "select run_id, ablation, arm, label from dim_runs order by 1") == [
+        ("lr3_s1", "sweep", "lr3", "LR 3 · seed 1"),
+        ("lr3_s2", "sweep", "lr3", "LR 3 · seed 2"),
+        ("lr4_s1", "sweep", "lr4", "lr4_s1"),
+    ]
+    problem = (
+        f"{registry}, line 3: run 'lr5_s1' is not in any release (nor a configuration whose seeds are); "
+        "the row is not used"
+    )
+    assert query(wh, "select error_kind, severity, message from ingest_errors where run_id is null") == [
+        ("registry_row_unused", "warning", problem)
+    ]
+    assert f"warning: {problem}\n" in capsys.readouterr().err
+
+    assert build([release], wh, "--registry", str(registry), "--strict") == 1
+    assert capsys.readouterr().err.splitlines()[-1] == "grpo-warehouse build: --strict: 1 registry row(s) name no run"
+
+    registry.write_text("run_id,label\nlr3,LR 3\n")  # fixed: the warning leaves at the next build
+    assert build([release], wh, "--registry", str(registry), "--strict") == 0
+    assert query(wh, "select count(*) from ingest_errors where run_id is null") == [(0,)]

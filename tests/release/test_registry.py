@@ -2,15 +2,28 @@
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from pipelines.release.discover import RunFolder
-from pipelines.release.registry import RegistryError, build_dim_runs, infer_from_name, read_registry
+from pipelines.release.registry import (
+    RegistryError,
+    build_dim_runs,
+    infer_from_name,
+    read_registry,
+    seed_of,
+    unmatched_registry_rows,
+)
+from pipelines.release.sample import RUN_SPECS, release_name, run_name
 
 
 def runs(*names: str, release: str = "rel") -> list[RunFolder]:
     root = Path("/data") / release
     return [RunFolder(name, release, root, root / name) for name in names]
+
+
+def by_run(dim, column: str) -> dict:
+    return dict(zip(dim["run_id"], dim[column], strict=True))
 
 
 def test_bundled_rows_for_the_published_runs():
@@ -143,3 +156,128 @@ def test_the_edges_of_the_ranges_are_accepted(tmp_path):
     registry = tmp_path / "runs.csv"
     registry.write_text("run_id,group_size,fp_per_group\na,1,0\nb,1,1\nc,,8\n")
     assert read_registry(registry).rows() == [("a", 1, 0), ("b", 1, 1), ("c", None, 8)]
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "seed"),
+    [
+        ("run_s1", "run", 1),
+        ("run_s001", "run", 1),
+        ("run-s12", "run", 12),
+        ("run_seed3", "run", 3),
+        ("run-seed3", "run", 3),
+        ("run_seed_3", "run", 3),
+        ("run-Seed-4", "run", 4),
+        ("RUN_S5", "RUN", 5),
+        ("a_s1_s2", "a_s1", 2),  # only the last suffix
+        ("binary_v1_bs64", "binary_v1_bs64", None),  # `bs64` is not `_s64`
+        ("run_seeds1", "run_seeds1", None),
+        ("run_s_3", "run_s_3", None),
+        ("run_s", "run_s", None),
+        ("run.s1", "run.s1", None),
+        ("_s1", "_s1", None),  # nothing before the suffix: no configuration to be a seed of
+        ("s1", "s1", None),
+    ],
+)
+def test_seed_suffixes(name, config, seed):
+    assert seed_of(name) == (config, seed)
+
+
+def sample_runs(scale: int) -> list[RunFolder]:
+    """The run folders `grpo-warehouse sample --scale K` writes, each in its replicate's release folder."""
+    return [
+        RunFolder(run_name(spec.run_id, k), release_name(spec.release, k), Path("/s"), Path("/s") / "x")
+        for k in range(scale)
+        for spec in RUN_SPECS
+    ]
+
+
+def test_the_sample_at_scale_10_is_two_ablations_of_configurations_with_ten_seeds():
+    dim = build_dim_runs(sample_runs(10))
+    arms = dim.group_by("ablation", "arm").len().sort("ablation", "arm").rows()
+    assert arms == [
+        ("binary_baseline", "binary_v1_grpo_binary_v1_bs64", 10),
+        ("multi_target", "mt3_2f_grpo_mt_v3_2fp", 10),
+        ("multi_target", "mt3_4f_grpo_mt_v3_4fp", 10),
+        ("multi_target", "mt3p1f_grpo_mt_v3_pw_1fp", 10),
+        ("multi_target", "mt3p4f_grpo_mt_v3_pw_4fp", 10),
+    ]
+    seed_7 = dim.filter(pl.col("run_id") == "mt3_4f_grpo_mt_v3_4fp_s007").row(0, named=True)
+    # the configuration's registry row, its label marked with the seed
+    assert (seed_7["reward_family"], seed_7["fp_per_group"], seed_7["label"]) == (
+        "intragroup_pairwise",
+        4,
+        "PV2 intragroup pairwise, 4/8 FP · seed 7",
+    )
+    assert dim["label"].n_unique() == 50
+
+
+def test_seeds_without_a_registry_are_one_arm_in_their_ablation():
+    dim = build_dim_runs(
+        runs("lr3_seed_1", "lr3_seed_2", "lr4-s1", release="sweep")
+        + runs("lr3_seed_3", release="sweep_s002")  # a replicate's release folder: the same ablation
+        + runs("lr3_seed_0", release="elsewhere")  # another folder: its configuration's ablation, the first run's
+        + runs("solo", release="sweep")
+    )
+    assert by_run(dim, "arm") == {
+        "lr3_seed_0": "lr3",
+        "lr3_seed_1": "lr3",
+        "lr3_seed_2": "lr3",
+        "lr3_seed_3": "lr3",
+        "lr4-s1": "lr4",
+        "solo": "solo",
+    }
+    assert by_run(dim, "ablation") == {
+        "lr3_seed_0": "elsewhere",
+        "lr3_seed_1": "elsewhere",
+        "lr3_seed_2": "elsewhere",
+        "lr3_seed_3": "elsewhere",
+        "lr4-s1": "sweep",
+        "solo": "sweep",
+    }
+    assert by_run(dim, "label")["lr3_seed_2"] == "lr3_seed_2"  # no registry label to mark
+
+
+def test_a_registry_overrides_the_seed_rule(tmp_path):
+    registry = tmp_path / "runs.csv"
+    registry.write_text(
+        "run_id,arm,ablation,label\n"
+        "cfg,,abl,Config\n"  # the configuration's row: every seed of it
+        "cfg_s2,,,Second\n"  # a seed's own row wins over its configuration's
+        "stage_s1,stage_s1,,\n"  # `_s1` is a stage here, not a seed: its own arm
+    )
+    dim = build_dim_runs(runs("cfg", "cfg_s1", "cfg_s2", "stage_s1", "stage_s2"), [registry])
+    assert by_run(dim, "arm") == {
+        "cfg": "cfg",
+        "cfg_s1": "cfg",
+        "cfg_s2": "cfg",
+        "stage_s1": "stage_s1",
+        "stage_s2": "stage",
+    }
+    assert by_run(dim, "label") == {
+        "cfg": "Config",
+        "cfg_s1": "Config · seed 1",
+        "cfg_s2": "Second",
+        "stage_s1": "stage_s1",
+        "stage_s2": "stage_s2",
+    }
+    assert set(by_run(dim, "ablation").items()) == {
+        ("cfg", "abl"),
+        ("cfg_s1", "abl"),
+        ("cfg_s2", "abl"),
+        ("stage_s1", "rel"),
+        ("stage_s2", "rel"),
+    }
+
+
+def test_registry_rows_naming_no_run_are_reported_with_their_line(tmp_path):
+    registry = tmp_path / "runs.csv"
+    registry.write_text("run_id,label\nbase,B\ntypo_run,X\nbase_s9,Nine\nbase_s1,One\n")
+    problems = unmatched_registry_rows(runs("base_s1", "base_s2"), [registry])
+    # `base` is no run but the configuration of two: used; base_s9 is neither
+    assert problems == [
+        f"{registry}, line 3: run 'typo_run' is not in any release (nor a configuration whose seeds are); "
+        "the row is not used",
+        f"{registry}, line 4: run 'base_s9' is not in any release (nor a configuration whose seeds are); "
+        "the row is not used",
+    ]

@@ -25,7 +25,7 @@ from pipelines.lake import (
     write_atomically,
 )
 from pipelines.lake_store import LakePath, file_stamp
-from pipelines.release.registry import build_dim_runs
+from pipelines.release.registry import build_dim_runs, unmatched_registry_rows
 from pipelines.removals import check_removals
 
 PROGRESS_SECONDS = 1.0  # at most one progress line a second from run_lake, besides the first, last and troubled
@@ -75,7 +75,11 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     check_removals(warehouse.release_roots(), runs, lake, warehouse.remove_releases)
     for problem in problems:
         context.log.warning(problem)
-    dim = build_dim_runs(list(runs.values()), [Path(p) for p in warehouse.registries])
+    registries = [Path(p) for p in warehouse.registries]
+    dim = build_dim_runs(list(runs.values()), registries)
+    unused_rows = unmatched_registry_rows(list(runs.values()), registries)
+    for problem in unused_rows:
+        context.log.warning(problem)
     errors = pl.DataFrame(
         [
             {
@@ -101,6 +105,18 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
                 "action": "skipped",
             }
             for p in problems
+        ]
+        + [
+            {
+                "run_id": None,
+                "source_path": None,
+                "epoch": None,
+                "error_kind": "registry_row_unused",
+                "severity": "warning",
+                "message": p,
+                "action": "not used",
+            }
+            for p in unused_rows
         ],
         schema=ERROR_COLUMNS,
     )
