@@ -62,6 +62,31 @@ def partitions_version(lake: LakePath, table: str, run_ids: list[str]) -> dg.Dat
     return dg.DataVersion(hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16])
 
 
+def release_problems(root_entries: list, problems: list[str], unused_rows: list[str]) -> pl.DataFrame:
+    """The rows of lake.release_errors: bad entries at release roots, problems of the releases themselves, and the
+    registry rows that name no run."""
+
+    def problem(kind: str, severity: str, message: str, action: str, source_path: str | None = None) -> dict:
+        return {
+            "run_id": None,
+            "source_path": source_path,
+            "epoch": None,
+            "error_kind": kind,
+            "severity": severity,
+            "message": message,
+            "action": action,
+        }
+
+    rows = [
+        problem(s.error_kind or "bad_entry", "error", s.reason, "skipped: not opened", s.source_path)
+        for s in root_entries
+        if s.is_problem
+    ]
+    rows += [problem("release_problem", "error", p, "skipped") for p in problems]
+    rows += [problem("registry_row_unused", "warning", p, "not used") for p in unused_rows]
+    return pl.DataFrame(rows, schema=ERROR_COLUMNS)
+
+
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(["lake", name], description=text, kinds={"parquet"}, group_name="ingest")
@@ -80,46 +105,7 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     unused_rows = unmatched_registry_rows(list(runs.values()), registries)
     for problem in unused_rows:
         context.log.warning(problem)
-    errors = pl.DataFrame(
-        [
-            {
-                "run_id": None,
-                "source_path": s.source_path,
-                "epoch": None,
-                "error_kind": s.error_kind or "bad_entry",
-                "severity": "error",
-                "message": s.reason,
-                "action": "skipped: not opened",
-            }
-            for s in root_entries
-            if s.is_problem
-        ]
-        + [
-            {
-                "run_id": None,
-                "source_path": None,
-                "epoch": None,
-                "error_kind": "release_problem",
-                "severity": "error",
-                "message": p,
-                "action": "skipped",
-            }
-            for p in problems
-        ]
-        + [
-            {
-                "run_id": None,
-                "source_path": None,
-                "epoch": None,
-                "error_kind": "registry_row_unused",
-                "severity": "warning",
-                "message": p,
-                "action": "not used",
-            }
-            for p in unused_rows
-        ],
-        schema=ERROR_COLUMNS,
-    )
+    errors = release_problems(root_entries, problems, unused_rows)
     files = pl.DataFrame(
         [{"run_id": None, "source_path": s.source_path, "status": "skipped", "reason": s.reason} for s in root_entries],
         schema=FILE_COLUMNS,
