@@ -125,9 +125,10 @@ def step_json(releases: list[str]) -> dict:
 
 
 def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
-    """pipelines.lake.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake (a
+    """pipelines.lake.runs.ingest_runs over the releases' run folders: full, no-change or incremental, as the lake (a
     folder or a bucket prefix) has it."""
-    from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs
+    from pipelines.lake.manifest import DEFAULT_QUIET_SECONDS
+    from pipelines.lake.runs import ingest_runs
     from pipelines.lake_store import lake_root
     from pipelines.settings import read_environment
 
@@ -234,9 +235,9 @@ def step_build(releases: list[str], warehouse: str, workers: int, lake_dir: str 
     durations come from Dagster's own step events."""
     import dagster as dg
 
-    from pipelines import lake
     from pipelines.build import BuildError, build_warehouse, configure
     from pipelines.defs.ingest import assets as run_lake_module
+    from pipelines.lake import runs as lake_runs_module
 
     captured = []
     execute = dg.JobDefinition.execute_in_process
@@ -251,7 +252,7 @@ def step_build(releases: list[str], warehouse: str, workers: int, lake_dir: str 
     # itself inside run_lake: the step's time less this is what Dagster adds around it.
     checked: list[float] = []
     ingested: list[float] = []
-    lake.select_runs = _timed(lake.select_runs, checked)
+    lake_runs_module.select_runs = _timed(lake_runs_module.select_runs, checked)
     run_lake_module.ingest_runs = _timed(run_lake_module.ingest_runs, ingested)
     started = time.perf_counter()
     try:

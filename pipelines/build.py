@@ -284,7 +284,8 @@ def stale_runs(
     A run the lake has no manifest of has everything to ingest: it is not listed here, since its ingest lists it
     anyway (on a fresh build, that is every file of the release, listed once instead of twice).
     """
-    from pipelines.lake import manifest_file, select_runs
+    from pipelines.lake.paths import manifest_file
+    from pipelines.lake.runs import select_runs
 
     new = {run_id for run_id in runs if not manifest_file(lake, run_id).exists()}
     known = [run for run_id, run in runs.items() if run_id not in new]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
-from pipelines.lake import gone_runs, read_manifest
+from pipelines.lake.manifest import read_manifest
+from pipelines.lake.paths import gone_runs
 from pipelines.lake_store import real_location
 from pipelines.release.discover import RunFolder, release_problem
 

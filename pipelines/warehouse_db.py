@@ -15,7 +15,8 @@ import duckdb
 import polars as pl
 from filelock import FileLock, Timeout
 
-from pipelines.lake import ERROR_COLUMNS, FILE_COLUMNS, RUN_TABLES, lake_files, lake_runs, table_stamps
+from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
+from pipelines.lake.paths import RUN_TABLES, lake_files, lake_runs, table_stamps
 from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, real_location
 from pipelines.models import sql_identifier, sql_string
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order

@@ -25,7 +25,7 @@ def imports_of(path: Path) -> set[str]:
 
 def test_no_module_of_the_package_imports_itself_through_others():
     graph = {module_name(path): imports_of(path) for path in PACKAGE.rglob("*.py")}
-    assert "pipelines.lake" in graph["pipelines.build"]  # the graph sees lazy imports
+    assert "pipelines.lake.runs" in graph["pipelines.build"]  # the graph sees lazy imports
 
     def reachable(start: str) -> set[str]:
         seen, todo = set(), [start]

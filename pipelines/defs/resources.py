@@ -12,7 +12,7 @@ import dagster as dg
 import duckdb
 import pydantic
 
-from pipelines.lake import DEFAULT_QUIET_SECONDS
+from pipelines.lake.manifest import DEFAULT_QUIET_SECONDS
 from pipelines.lake_store import LakePath, lake_problem, lake_root
 from pipelines.models import sql_string
 from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem

@@ -25,7 +25,7 @@ EPOCH_DIR_DOCUMENTS = (
     ("metrics.json", "folder_metrics"),
 )
 # With none of those names in an epoch folder, each of its *.json files is a candidate, loaded when it proves to be
-# an epoch document (pipelines.lake decides, from its content); its other files are inventoried only.
+# an epoch document (pipelines.lake.read decides, from its content); its other files are inventoried only.
 OTHER_JSON_LAYOUT = "folder_other_json"
 # Every layout (an EpochFile's layout, fact_epochs.source_layout), in the order an epoch folder's names are tried.
 LAYOUTS = ("file", *(layout for _, layout in EPOCH_DIR_DOCUMENTS), OTHER_JSON_LAYOUT)

@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers import epoch_document, record_duckdb_connections
 
-from pipelines.lake import RUN_TABLES, lake_files
+from pipelines.lake.paths import RUN_TABLES, lake_files
 
 pytestmark = pytest.mark.slow  # whole builds
 

@@ -8,9 +8,9 @@ import pytest
 from helpers import epoch_document
 
 import pipelines.build
-import pipelines.lake
+import pipelines.lake.runs
 from pipelines.build import _partition_blocks, stale_runs
-from pipelines.lake import ingest_runs, select_runs
+from pipelines.lake.runs import ingest_runs, select_runs
 from pipelines.release.discover import find_run_folders
 
 LAKE_TABLES = ("epochs", "trajectories", "errors", "files")
@@ -89,8 +89,8 @@ def test_runs_new_to_the_lake_are_stale_without_being_listed(tmp_path, write_epo
     ingest_runs([runs["run_a"], runs["run_b"]], lake, 10**6, workers=1)
     write_epoch(release / "run_b", 2)
     listed = []
-    list_run = pipelines.lake.list_run
-    monkeypatch.setattr(pipelines.lake, "list_run", lambda run: listed.append(run.run_id) or list_run(run))
+    list_run = pipelines.lake.runs.list_run
+    monkeypatch.setattr(pipelines.lake.runs, "list_run", lambda run: listed.append(run.run_id) or list_run(run))
     # run_c has no manifest: its ingest lists it; run_b's new file is found by listing it here
     assert stale_runs(runs, lake, 10**6, full_scan=True) == {"run_b", "run_c"}
     assert sorted(listed) == ["run_a", "run_b"]

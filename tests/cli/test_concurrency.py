@@ -11,7 +11,8 @@ import duckdb
 import pytest
 from filelock import FileLock
 
-from pipelines.lake import ingest_run_folder, manifest_file
+from pipelines.lake.paths import manifest_file
+from pipelines.lake.runs import ingest_run_folder
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import open_build_db
 

@@ -13,7 +13,7 @@ import pytest
 from filelock import FileLock
 from helpers import epoch_document
 
-from pipelines.lake import manifest_file, partition_file
+from pipelines.lake.paths import manifest_file, partition_file
 from pipelines.warehouse_db import publish
 
 pytestmark = pytest.mark.slow  # builds and writers killed in child processes
@@ -199,7 +199,8 @@ def test_a_publish_killed_midway_leaves_the_published_file_intact(tmp_path):
 
 def test_the_manifest_is_written_last(tmp_path, write_epoch, monkeypatch):
     """A crash between the Parquet writes and the manifest only means the files are parsed again."""
-    import pipelines.lake as lake_module
+    import pipelines.lake.ingest
+    from pipelines.lake.runs import ingest_run_folder
     from pipelines.release.discover import find_run_folders
 
     release, lake = tmp_path / "release", tmp_path / "lake"
@@ -209,11 +210,11 @@ def test_the_manifest_is_written_last(tmp_path, write_epoch, monkeypatch):
     def crash(text, path):
         raise SystemExit("killed before the manifest")
 
-    monkeypatch.setattr(lake_module, "write_text_atomically", crash)
+    monkeypatch.setattr(pipelines.lake.ingest, "write_text_atomically", crash)
     runs, _, _ = find_run_folders([release])
     with pytest.raises(SystemExit):
-        lake_module.ingest_run_folder(runs["run_a"], lake, 2**20)
+        ingest_run_folder(runs["run_a"], lake, 2**20)
     assert partition_file(lake, "epochs", "run_a").exists() and not manifest_file(lake, "run_a").exists()
     monkeypatch.undo()
-    result = lake_module.ingest_run_folder(runs["run_a"], lake, 2**20)
+    result = ingest_run_folder(runs["run_a"], lake, 2**20)
     assert (result.files_parsed, result.epochs) == (2, 2)

@@ -9,7 +9,8 @@ from helpers import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipelines.lake import ingest_runs, lake_runs, remove_run, run_key, select_runs
+from pipelines.lake.paths import lake_runs, remove_run, run_key
+from pipelines.lake.runs import ingest_runs, select_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import create_lake_views, duckdb_path, duckdb_path_problem
 

@@ -8,7 +8,7 @@ from helpers import epoch_document, write_epoch_file
 from pipelines.build import failure_reason
 from pipelines.cli import main
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import ingest_runs
+from pipelines.lake.runs import ingest_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.removals import removal_refusal
 from pipelines.settings import ConfigError

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 from helpers import epoch_document
 
-import pipelines.lake
+import pipelines.lake.runs
 from pipelines.defs.ingest.sensors import (
     dump_cursor,
     parse_cursor,
@@ -16,7 +16,8 @@ from pipelines.defs.ingest.sensors import (
     scan_releases,
 )
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import ingest_run_folder, partition_file, select_runs
+from pipelines.lake.paths import partition_file
+from pipelines.lake.runs import ingest_run_folder, select_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import lake_dir
 
@@ -231,8 +232,8 @@ def quiet_run(tmp_path, ticker, write_epoch, monkeypatch):
         set_mtime(write_epoch(run, epoch), OLD)
     ticker.ingest(ticker())  # the lake now holds the run, and its folder stamps
     listed: list[str] = []
-    list_run = pipelines.lake.list_run  # the sensor lists runs through lake.select_runs, as a build does
-    monkeypatch.setattr(pipelines.lake, "list_run", lambda r: listed.append(r.run_id) or list_run(r))
+    list_run = pipelines.lake.runs.list_run  # the sensor lists runs through select_runs, as a build does
+    monkeypatch.setattr(pipelines.lake.runs, "list_run", lambda r: listed.append(r.run_id) or list_run(r))
     return run, listed
 
 

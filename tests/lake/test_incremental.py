@@ -3,7 +3,7 @@
 import pytest
 from helpers import epoch_document, touch_later
 
-import pipelines.lake
+import pipelines.lake.read
 
 pytestmark = pytest.mark.slow  # whole builds
 
@@ -12,13 +12,13 @@ pytestmark = pytest.mark.slow  # whole builds
 def parsed(monkeypatch):
     """Counts the epoch files read, to be parsed, from now on (builds run one ingest process, so in this process)."""
     seen: list[str] = []
-    read = pipelines.lake._read_file
+    read = pipelines.lake.read._read_file
 
     def counting(file, max_file_bytes):
         seen.append(file.source_path)
         return read(file, max_file_bytes)
 
-    monkeypatch.setattr(pipelines.lake, "_read_file", counting)
+    monkeypatch.setattr(pipelines.lake.read, "_read_file", counting)
     return seen
 
 

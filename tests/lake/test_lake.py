@@ -9,7 +9,9 @@ import polars as pl
 import pytest
 from helpers import epoch_document, touch_later
 
-from pipelines.lake import ingest_run, ingest_runs, partition_file
+from pipelines.lake.ingest import ingest_run
+from pipelines.lake.paths import partition_file
+from pipelines.lake.runs import ingest_runs
 from pipelines.release.discover import find_run_folders, list_run
 
 LIMIT = 1 << 20

@@ -11,7 +11,9 @@ from helpers import epoch_document, touch_later, write_epoch_file
 from pipelines import warehouse_db
 from pipelines.build import BuildError, configure
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import RUN_TABLES, gone_runs, ingest_runs, lake_runs, partition_file, read_parquet, remove_run
+from pipelines.lake.parquet import read_parquet
+from pipelines.lake.paths import RUN_TABLES, gone_runs, lake_runs, partition_file, remove_run
+from pipelines.lake.runs import ingest_runs
 from pipelines.lake_store import file_stamp, lake_root, register_lake
 from pipelines.release.discover import find_run_folders
 from pipelines.warehouse_db import create_lake_views

@@ -4,7 +4,7 @@ hold them in; made again only when the lake's files change."""
 import duckdb
 import polars as pl
 
-from pipelines.lake import partition_file, register_run
+from pipelines.lake.paths import partition_file, register_run
 from pipelines.warehouse_db import LAKE_VIEWS, create_lake_views
 
 

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from helpers import epoch_document, write_epoch_file
 
-from pipelines.lake import ingest_run
+from pipelines.lake.ingest import ingest_run
 from pipelines.release.discover import RunFolder, list_run
 from pipelines.release.flatten import typed_series
 from pipelines.warehouse_db import create_lake_views

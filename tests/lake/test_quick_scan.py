@@ -12,8 +12,11 @@ import polars as pl
 import pytest
 from helpers import epoch_document
 
-import pipelines.lake
-from pipelines.lake import DEFAULT_QUIET_SECONDS, ingest_runs, partition_file, stamps_file, unchanged_by_stamps
+import pipelines.lake.ingest
+import pipelines.lake.runs
+from pipelines.lake.manifest import DEFAULT_QUIET_SECONDS, unchanged_by_stamps
+from pipelines.lake.paths import partition_file, remove_run, stamps_file
+from pipelines.lake.runs import ingest_runs
 from pipelines.release import discover
 from pipelines.release.discover import find_run_folders
 from pipelines.settings import ENV_QUIET_SECONDS
@@ -37,7 +40,7 @@ def quiet_at_once(monkeypatch):
 
 
 def select_runs(*args, **kwargs):
-    return pipelines.lake.select_runs(*args, quiet_seconds=QUIET["seconds"], **kwargs)
+    return pipelines.lake.runs.select_runs(*args, quiet_seconds=QUIET["seconds"], **kwargs)
 
 
 def set_mtime_back(*paths):
@@ -51,13 +54,13 @@ def set_mtime_back(*paths):
 def listed(monkeypatch):
     """The run ids list_run is called for from now on (in this process)."""
     seen: list[str] = []
-    list_run = pipelines.lake.list_run
+    list_run = pipelines.lake.runs.list_run
 
     def counting(run):
         seen.append(run.run_id)
         return list_run(run)
 
-    monkeypatch.setattr(pipelines.lake, "list_run", counting)
+    monkeypatch.setattr(pipelines.lake.runs, "list_run", counting)
     return seen
 
 
@@ -243,7 +246,7 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
     release, lake = quiet_release
     path = release / "run_a" / "epoch_001_results.json"
     path.write_text(json.dumps(epoch_document(1, n=6)))  # in place: the folder does not change
-    write = pipelines.lake.write_atomically
+    write = pipelines.lake.ingest.write_atomically
 
     def crash_on_trajectories(frame, path):
         if "trajectories" in str(path):
@@ -251,7 +254,7 @@ def test_a_rewrite_cut_short_leaves_no_stamps_to_trust(quiet_release, monkeypatc
         write(frame, path)
 
     with monkeypatch.context() as crashing, pytest.raises(OSError):
-        crashing.setattr(pipelines.lake, "write_atomically", crash_on_trajectories)
+        crashing.setattr(pipelines.lake.ingest, "write_atomically", crash_on_trajectories)
         ingest(release, lake, full_scan=True)
     # The epochs partition holds the new epoch 1 already, the manifest the old one: the run's folder has not
     # changed, but its stamps were dropped before the rewrite began, so it is listed and finished.
@@ -278,7 +281,7 @@ def test_a_run_whose_folder_is_gone_is_named_and_leaves_no_stamps(quiet_release)
         path.unlink()
     (release / "run_a").rmdir()
     assert select_runs(runs_of(release), lake, 10**6).stale == ["run_a"]
-    pipelines.lake.remove_run(lake, "run_a")
+    remove_run(lake, "run_a")
     assert stamps(lake, "run_a") is None and stamps(lake, "run_b") is not None
 
 

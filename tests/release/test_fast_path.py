@@ -12,7 +12,8 @@ from helpers import epoch_document, write_epoch_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipelines.lake import ingest_run, manifest_file, partition_file
+from pipelines.lake.ingest import ingest_run
+from pipelines.lake.paths import manifest_file, partition_file
 from pipelines.release.decode import DecodeError, decode_epoch
 from pipelines.release.discover import find_run_folders, list_run
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, flatten

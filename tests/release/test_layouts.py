@@ -10,7 +10,8 @@ import pytest
 from helpers import epoch_document
 
 from pipelines.defs.models import checks
-from pipelines.lake import ingest_run, partition_file
+from pipelines.lake.ingest import ingest_run
+from pipelines.lake.paths import partition_file
 from pipelines.release.discover import LAYOUTS, RunFolder, list_run
 from pipelines.release.sample import write_epoch_in_layout
 

@@ -8,7 +8,9 @@ import polars as pl
 from helpers import epoch_document, write_epoch_file
 
 import pipelines.release.objects
-from pipelines.lake import ingest_run, partition_file, select_runs
+from pipelines.lake.ingest import ingest_run
+from pipelines.lake.paths import partition_file
+from pipelines.lake.runs import select_runs
 from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
 from pipelines.release.objects import ObjectTree
 

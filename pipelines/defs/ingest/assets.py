@@ -10,20 +10,11 @@ import polars as pl
 
 from pipelines.defs.ingest.partitions import THROWAWAY_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import (
-    ERROR_COLUMNS,
-    FILE_COLUMNS,
-    RunIngestResult,
-    count_rows,
-    gone_runs,
-    ingest_runs,
-    lake_runs,
-    parquet_schema,
-    partition_file,
-    read_parquet,
-    remove_run,
-    write_atomically,
-)
+from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
+from pipelines.lake.manifest import RunIngestResult
+from pipelines.lake.parquet import count_rows, parquet_schema, read_parquet, write_atomically
+from pipelines.lake.paths import gone_runs, lake_runs, partition_file, remove_run
+from pipelines.lake.runs import ingest_runs
 from pipelines.lake_store import LakePath, file_stamp
 from pipelines.release.registry import build_dim_runs, unmatched_registry_rows
 from pipelines.removals import check_removals

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from pipelines.lake import run_key
+from pipelines.lake.paths import run_key
 
 run_partitions = dg.DynamicPartitionsDefinition(name="run_id")
 REFRESHES_TAG = "grpo/refreshes"  # a run's tag saying what it refreshes, in words

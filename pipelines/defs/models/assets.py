@@ -11,7 +11,7 @@ import duckdb
 
 from pipelines.defs.models.checks import Rewritten, check_specs, declared_checks, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.lake import RUN_TABLES
+from pipelines.lake.paths import RUN_TABLES
 from pipelines.lake_store import register_lake
 from pipelines.models import (
     LAKE_SCHEMA,
