@@ -33,9 +33,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}\n")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grpo-warehouse")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(version unknown: not installed)"
+
+
 # Over 60 lines: one declaration per command and flag, the CLI's reference read top to bottom.
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="grpo-warehouse", description=__doc__)
+    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = top.add_subparsers(dest="command", required=True)
 
     build = commands.add_parser("build", help="materialize every asset against the releases")
@@ -97,8 +107,21 @@ def parser() -> argparse.ArgumentParser:
     _warehouse_arg(build)
 
     sample = commands.add_parser("sample", help="write the deterministic sample releases")
-    sample.add_argument("--out", required=True, type=Path, metavar="DIR")
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the folder to write the releases in: a new or empty folder, or one an earlier sample wrote (it holds "
+        "its .sample.json); anything else is refused, never overwritten",
+    )
+    sample.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the random seed, 0 or more (default 0): the same seed and scale write the same bytes",
+    )
     sample.add_argument("--scale", type=int, default=1, help="write K times as many runs (for benchmarks)")
     sample.add_argument(
         "--layout",
@@ -143,8 +166,16 @@ def parser() -> argparse.ArgumentParser:
     )
 
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
-    sql.add_argument("query")
-    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument(
+        "query",
+        help='DuckDB SQL, e.g. "select * from run_summary"; several statements separated by ; with --format table',
+    )
+    sql.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (default: a boxed table of at most --max-rows rows), csv or json (every row, one result)",
+    )
     sql.add_argument(
         "--max-rows",
         type=int,
@@ -175,19 +206,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_sample(args) -> int:
-    from pipelines.release.sample import write_sample
+    import shlex
+
+    from pipelines.release.sample import SampleRefusal, write_sample
 
     if args.scale < 1:
-        raise CommandError("--scale must be 1 or more")
+        raise CommandError(f"--scale must be 1 or more, not {args.scale}")
+    if args.seed < 0:
+        raise CommandError(f"--seed must be 0 or more, not {args.seed}")
     started = time.perf_counter()
-    folders = write_sample(
-        args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True), layout=args.layout
-    )
+    try:
+        folders = write_sample(
+            args.out, seed=args.seed, scale=args.scale, progress=lambda msg: print(msg, flush=True), layout=args.layout
+        )
+    except SampleRefusal as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"cannot write {exc.filename or args.out}: {exc.strerror or exc}") from None
     print(
         f"wrote {len(folders)} release folder(s) under {args.out.absolute()} in {time.perf_counter() - started:.1f} s:"
     )
     for folder in folders:
         print(f"  {folder}")
+    releases = " ".join(f"--release {shlex.quote(str(folder.absolute()))}" for folder in folders)
+    print(f"build its warehouse with:\n  grpo-warehouse build {releases}")
     return 0
 
 
@@ -264,6 +306,8 @@ def run_sql(args) -> int:
     try:
         with duckdb.connect(str(path), read_only=True, config=config) as con:
             statements = con.extract_statements(args.query)
+            if not statements:
+                raise CommandError('the query is empty: give a SQL statement, e.g. "select * from run_summary"')
             if len(statements) > 1 and args.format != "table":
                 raise CommandError(
                     f"--format {args.format} prints one result, and the query holds "

@@ -17,7 +17,7 @@ from pipelines.lake_store import LakePath, lake_problem, lake_root
 from pipelines.models import sql_string
 from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
 from pipelines.release.registry import read_registry
-from pipelines.release.sample import ensure_sample
+from pipelines.release.sample import ensure_sample, sample_folder_problem
 from pipelines.settings import (
     DEFAULT_WAREHOUSE,
     ENVIRONMENT,
@@ -150,6 +150,8 @@ class WarehouseConfig(dg.ConfigurableResource):
                 raise ConfigError(problem)
         for registry in self.registries:
             read_registry(Path(registry))  # RegistryError (a ConfigError) names the file, the line and the problem
+        if not self.releases and (problem := sample_folder_problem(self.sample_dir)):
+            raise ConfigError(problem)
         _check_writable(self.warehouse)
         if self.lake_dir.startswith(OBJECT_SCHEME):
             if problem := lake_problem(self.lake_dir):

@@ -78,6 +78,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.release.discover import EPOCH_DIR_DOCUMENTS, OTHER_JSON_LAYOUT
+from pipelines.settings import ConfigError
 
 SAMPLE_VERSION: int = 1
 MULTI_TARGET_RELEASE = "grpo_multi_target"
@@ -246,6 +247,7 @@ def write_sample(
     if layout is not None and layout not in LAYOUT_PATHS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUT_PATHS)}, got {layout!r}")
     out = Path(out)
+    _claim(out)
     release_dirs = sample_release_dirs(out, scale)
     for release_dir in release_dirs:
         release_dir.mkdir(parents=True, exist_ok=True)
@@ -263,7 +265,36 @@ def write_sample(
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             for message in pool.imap_unordered(_write_run_job, jobs):
                 _report(progress, message)
+    # Last, after every file: a marker that records what was written is never trusted for a half-written sample.
+    written = {"sample_version": SAMPLE_VERSION, "seed": seed, "scale": scale}
+    _write_atomic(out / MARKER_NAME, json.dumps(written).encode())
     return release_dirs
+
+
+class SampleRefusal(ConfigError):
+    """A folder the sample will not write into; the message names it and why, in one line."""
+
+
+def sample_folder_problem(out: Path) -> str | None:
+    """Why the sample may not write into out, or None: it writes only into a folder that is new, empty or holds its
+    marker (one it wrote before), so that it never overwrites a file it did not write."""
+    if out.exists() and not out.is_dir():
+        return f"{out} is not a folder: give a new folder for the sample"
+    if out.is_dir() and not (out / MARKER_NAME).is_file() and any(out.iterdir()):
+        return (
+            f"{out} holds files that grpo-warehouse sample did not write (it has no {MARKER_NAME}): give a new or "
+            "empty folder"
+        )
+    return None
+
+
+def _claim(out: Path) -> None:
+    """Makes out the sample's folder (SampleRefusal if sample_folder_problem says why not). The marker written here
+    records no seed, so a sample interrupted from now on is never taken for a complete one."""
+    if problem := sample_folder_problem(out):
+        raise SampleRefusal(problem)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / MARKER_NAME, json.dumps({"sample_version": SAMPLE_VERSION, "writing": True}).encode())
 
 
 def ensure_sample(out: Path, seed: int = 0, scale: int = 1) -> list[Path]:
@@ -278,12 +309,9 @@ def ensure_sample(out: Path, seed: int = 0, scale: int = 1) -> list[Path]:
     if previous == wanted and all(d.is_dir() for d in release_dirs):
         return release_dirs
 
-    # Drop the marker before rewriting so an interrupted rewrite is never trusted.
-    marker_path.unlink(missing_ok=True)
     if previous is not None:
         _remove_stale_replicates(out, scale)
-    write_sample(out, seed=seed, scale=scale)
-    _write_atomic(marker_path, json.dumps(wanted).encode())
+    write_sample(out, seed=seed, scale=scale)  # marks the folder as being written first, complete last
     return release_dirs
 
 

@@ -87,3 +87,11 @@ def test_several_statements_each_print_as_tables_and_are_refused_in_one_result_f
             f"grpo-warehouse sql: --format {output_format} prints one result, and the query holds 2 statements: run "
             "them one at a time, or with --format table\n"
         )
+
+
+@pytest.mark.parametrize("query", ["", "   \n\t", ";", " ; ; ", "-- only a comment"])
+def test_a_query_with_no_statement_is_refused_on_one_line(warehouse, capsys, query):
+    assert main(["sql", query, "--warehouse", str(warehouse)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == 'grpo-warehouse sql: the query is empty: give a SQL statement, e.g. "select * from run_summary"\n'

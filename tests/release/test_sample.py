@@ -10,8 +10,10 @@ import pytest
 
 from pipelines.release.sample import (
     BINARY_RELEASE,
+    MARKER_NAME,
     MULTI_TARGET_RELEASE,
     SAMPLE_VERSION,
+    SampleRefusal,
     ensure_sample,
     snapshot_time_ms,
     write_sample,
@@ -54,13 +56,18 @@ def file_bytes(folder: Path) -> dict[str, bytes]:
 
 
 def file_mtimes(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*.json"))}
+    """The release files' mtimes (not the marker's: it records when the sample was written)."""
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns
+        for p in sorted(folder.rglob("*.json"))
+        if p.name != MARKER_NAME
+    }
 
 
 def test_write_sample_returns_the_two_release_folders(written_sample):
     out, release_dirs = written_sample
     assert release_dirs == [out / MULTI_TARGET_RELEASE, out / BINARY_RELEASE]
-    assert sorted(p.name for p in out.iterdir()) == sorted([MULTI_TARGET_RELEASE, BINARY_RELEASE])
+    assert sorted(p.name for p in out.iterdir()) == sorted([".sample.json", MULTI_TARGET_RELEASE, BINARY_RELEASE])
 
 
 @pytest.mark.parametrize(("release", "run_id"), list(EXPECTED_RUNS))
@@ -81,7 +88,7 @@ def test_epoch_files_cover_exactly_the_published_range(sample_dir, release, run_
 def test_each_release_root_has_a_stray_readme_and_no_temporary_files(sample_dir):
     for release in (MULTI_TARGET_RELEASE, BINARY_RELEASE):
         assert (sample_dir / release / "README.md").is_file()
-    assert not [p for p in sample_dir.rglob("*") if p.name.startswith(".")]
+    assert not [p for p in sample_dir.rglob("*") if p.name.startswith(".") and p.name != ".sample.json"]
 
 
 def test_documents_hold_the_documented_keys_and_epoch(documents):
@@ -333,3 +340,23 @@ def test_invalid_arguments_are_refused(tmp_path):
         write_sample(tmp_path, seed=-1)
     with pytest.raises(ValueError):
         write_sample(tmp_path, scale=0)
+
+
+def test_ensure_sample_refuses_a_folder_of_the_users_and_rewrites_an_interrupted_sample(tmp_path):
+    theirs = tmp_path / "theirs"
+    (theirs / MULTI_TARGET_RELEASE).mkdir(parents=True)
+    (theirs / MULTI_TARGET_RELEASE / "README.md").write_text("mine")
+    with pytest.raises(SampleRefusal, match="holds files that grpo-warehouse sample did not write"):
+        ensure_sample(theirs)
+    assert [p.name for p in theirs.rglob("*")] == [MULTI_TARGET_RELEASE, "README.md"]
+
+    interrupted = tmp_path / "interrupted"  # a sample stopped after it claimed the folder
+    (interrupted / MULTI_TARGET_RELEASE).mkdir(parents=True)
+    (interrupted / MARKER_NAME).write_text(json.dumps({"sample_version": SAMPLE_VERSION, "writing": True}))
+    release_dirs = ensure_sample(interrupted)
+    assert all((d / "README.md").is_file() for d in release_dirs)
+    assert json.loads((interrupted / MARKER_NAME).read_text()) == {
+        "sample_version": SAMPLE_VERSION,
+        "seed": 0,
+        "scale": 1,
+    }
