@@ -76,11 +76,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from pipelines.release.discover import EPOCH_DIR_DOCUMENTS, OTHER_JSON_LAYOUT
+from pipelines.release.sample_transcripts import audit_records, jsonl_bytes, transcript_epochs
 from pipelines.settings import ConfigError
 
-SAMPLE_VERSION: int = 1
+SAMPLE_VERSION: int = 2
 MULTI_TARGET_RELEASE = "grpo_multi_target"
 BINARY_RELEASE = "grpo_binary_baseline"
 MARKER_NAME = ".sample.json"
@@ -378,57 +380,66 @@ def _write_run_job(job: tuple[str, int, RunSpec, int, str | None]) -> str:
     os.makedirs(run_dir, exist_ok=True)
     rng = np.random.default_rng([seed, zlib.crc32(run_id.encode())])
     documents = build_run_documents(spec, rng)
+    with_transcripts = set(transcript_epochs(spec.last_epoch))
     for epoch, document in enumerate(documents):
         payload = json.dumps(document).encode()
         # Each file carries the time its epoch ended (the snapshot id's), as a release unpacked from its archive.
         ended_ns = snapshot_time_ms(document["snapshot_id"]) * 10**6
+        config = _epoch_config(spec, epoch, document["lr"])
+        per_file = spec.nested_layout and layout is None  # the binary run: a file per trajectory, named by its id
+        records = (
+            audit_records(document, run_id, seed, spec.reward_family == "binary", per_file)
+            if epoch in with_transcripts
+            else []
+        )
         if layout is not None:
-            write_epoch_in_layout(run_dir, layout, document, _epoch_config(spec, epoch, document["lr"]), ended_ns)
+            write_epoch_in_layout(run_dir, layout, document, config, ended_ns, records)
         elif spec.nested_layout:
             epoch_dir = os.path.join(run_dir, f"epoch_{epoch:03d}")
             os.makedirs(epoch_dir, exist_ok=True)
             _write_atomic(os.path.join(epoch_dir, "results.json"), payload, ended_ns)
-            _write_atomic(os.path.join(epoch_dir, "config.json"), _epoch_config(spec, epoch, document["lr"]), ended_ns)
+            _write_atomic(os.path.join(epoch_dir, "config.json"), config, ended_ns)
+            if records:
+                os.makedirs(os.path.join(epoch_dir, "transcripts"), exist_ok=True)
+            for record in records:
+                name = f"{record['metadata']['trajectory_id']}.json"
+                _write_atomic(os.path.join(epoch_dir, "transcripts", name), orjson.dumps(record), ended_ns)
         else:
             _write_atomic(os.path.join(run_dir, f"epoch_{epoch:03d}_results.json"), payload, ended_ns)
+            if records:
+                os.makedirs(os.path.join(run_dir, "transcripts"), exist_ok=True)
+                _write_atomic(
+                    os.path.join(run_dir, "transcripts", f"epoch_{epoch:03d}.jsonl"), jsonl_bytes(records), ended_ns
+                )
     return f"wrote {release_name(spec.release, replicate)}/{run_id} ({len(documents)} epochs)"
 
 
 def write_epoch_in_layout(
-    run_dir: str | Path, layout: str, document: dict, config: bytes, mtime_ns: int | None = None
+    run_dir: str | Path,
+    layout: str,
+    document: dict,
+    config: bytes,
+    mtime_ns: int | None = None,
+    transcripts: list[dict] | None = None,
 ) -> None:
-    """One epoch's document placed as the layout places it, with the transcript-like files a release ships beside
-    it: the given config.json and a transcripts.jsonl in an epoch folder; a transcripts/ file in the flat layout."""
+    """One epoch's document placed as the layout places it, with the files a release ships beside it: the given
+    config.json and a transcripts.jsonl in an epoch folder; a transcripts/epoch_NNN.jsonl in the flat layout. The
+    transcripts are the given records (none: no file), or else the sample's audits of the document's trajectories."""
     epoch = f"{document['epoch']:03d}"
     path = os.path.join(run_dir, LAYOUT_PATHS[layout].format(n=epoch))
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     _write_atomic(path, json.dumps(document).encode(), mtime_ns)
     if layout == "file":
-        transcripts = os.path.join(run_dir, "transcripts", f"epoch_{epoch}.jsonl")
-        os.makedirs(os.path.dirname(transcripts), exist_ok=True)
+        transcripts_path = os.path.join(run_dir, "transcripts", f"epoch_{epoch}.jsonl")
     else:
-        transcripts = os.path.join(folder, "transcripts.jsonl")
+        transcripts_path = os.path.join(folder, "transcripts.jsonl")
         _write_atomic(os.path.join(folder, "config.json"), config, mtime_ns)
-    _write_atomic(transcripts, _transcripts(document), mtime_ns)
-
-
-def _transcripts(document: dict) -> bytes:
-    """A stand-in for an epoch's rollout transcripts: one JSON line per trajectory, with its reward."""
-    lines = [
-        json.dumps(
-            {
-                "trajectory_id": trajectory_id,
-                "reward": reward,
-                "messages": [
-                    {"role": "user", "content": "Audit the target model."},
-                    {"role": "assistant", "content": "Findings: ..."},
-                ],
-            }
-        )
-        for trajectory_id, reward in zip(document["trajectory_ids"], document["rewards"], strict=True)
-    ]
-    return ("\n".join(lines) + "\n").encode()
+    if transcripts is None:
+        transcripts = audit_records(document, os.path.basename(run_dir), 0, False, False)
+    if transcripts:
+        os.makedirs(os.path.dirname(transcripts_path), exist_ok=True)
+        _write_atomic(transcripts_path, jsonl_bytes(transcripts), mtime_ns)
 
 
 def _epoch_config(spec: RunSpec, epoch: int, lr: float) -> bytes:

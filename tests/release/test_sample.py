@@ -18,6 +18,7 @@ from pipelines.release.sample import (
     snapshot_time_ms,
     write_sample,
 )
+from pipelines.release.sample_transcripts import transcript_epochs
 
 EXPECTED_RUNS = {
     (MULTI_TARGET_RELEASE, "mt3_2f_grpo_mt_v3_2fp"): (480, 2),
@@ -78,11 +79,12 @@ def test_epoch_files_cover_exactly_the_published_range(sample_dir, release, run_
         epoch_dirs = sorted(p.name for p in run_dir.iterdir())
         assert epoch_dirs == [f"epoch_{e:03d}" for e in range(last_epoch + 1)]
         for epoch_dir in epoch_dirs:
-            assert sorted(p.name for p in (run_dir / epoch_dir).iterdir()) == ["config.json", "results.json"]
+            beside = ["config.json", "results.json"] + (["transcripts"] if int(epoch_dir[6:]) % 20 == 0 else [])
+            assert sorted(p.name for p in (run_dir / epoch_dir).iterdir()) in (beside, [*beside, "transcripts"])
     else:
         assert sorted(p.name for p in run_dir.iterdir()) == [
             f"epoch_{e:03d}_results.json" for e in range(last_epoch + 1)
-        ]
+        ] + ["transcripts"]
 
 
 def test_each_release_root_has_a_stray_readme_and_no_temporary_files(sample_dir):
@@ -245,6 +247,71 @@ def test_entropy_declines_and_lr_warms_up(documents):
 def test_files_are_realistically_small(sample_dir):
     sizes = [p.stat().st_size for p in (sample_dir / MULTI_TARGET_RELEASE).rglob("epoch_*_results.json")]
     assert 4_000 < np.mean(sizes) < 9_000
+
+
+@pytest.fixture(scope="module")
+def transcripts(sample_dir) -> dict[str, dict[int, list[tuple[str, dict]]]]:
+    """Every run's transcript records by epoch, each with the path it was read from (relative to its run)."""
+    found: dict[str, dict[int, list]] = {}
+    for (release, run_id), _ in EXPECTED_RUNS.items():
+        run_dir = sample_dir / release / run_id
+        by_epoch = found.setdefault(run_id, {})
+        for path in sorted(run_dir.glob("transcripts/epoch_*.jsonl")):
+            lines = path.read_text().splitlines()
+            by_epoch[int(path.stem[6:])] = [(str(path.relative_to(run_dir)), json.loads(line)) for line in lines]
+        for path in sorted(run_dir.glob("epoch_*/transcripts/*.json")):
+            record = json.loads(path.read_text())
+            by_epoch.setdefault(int(path.parent.parent.name[6:]), []).append((str(path.relative_to(run_dir)), record))
+    return found
+
+
+def test_transcripts_cover_every_trajectory_of_every_twentieth_and_the_last_epoch(documents, transcripts):
+    for (_, run_id), (last_epoch, _) in EXPECTED_RUNS.items():
+        assert sorted(transcripts[run_id]) == sorted({*range(0, last_epoch + 1, 20), last_epoch})
+        for epoch, records in transcripts[run_id].items():
+            document = documents[run_id][epoch]
+            if run_id == BINARY_RUN:  # a file per trajectory, named by its id, which its metadata holds too
+                ids = [record["metadata"]["trajectory_id"] for _, record in records]
+                assert [path.rsplit("/", 1)[1] for path, _ in records] == [f"{i}.json" for i in ids]
+                assert "trajectory_id" not in records[0][1]
+            else:  # a JSON Lines file per epoch, the id at the top level, in the document's order
+                ids = [record["trajectory_id"] for _, record in records]
+                assert ids == document["trajectory_ids"]
+            assert sorted(ids) == sorted(document["trajectory_ids"])
+            scores = dict(zip(document["trajectory_ids"], document["judge_score"], strict=True))
+            assert [r["metadata"]["judge"]["scores"]["overall"] for _, r in records] == [scores[i] for i in ids]
+    assert transcript_epochs(45) == [0, 20, 40, 45]
+
+
+def _audit_style(records: list) -> tuple[float, float, float]:
+    """Mean tool calls and messages per record, and the share of records whose auditor accuses the target."""
+    accusing = ("Admit", "lying", "Confess", "Drop the act", "Stop deflecting")
+    calls, messages, accusations = 0, 0, 0
+    for _, record in records:
+        messages += len(record["messages"])
+        calls += sum(len(message.get("tool_calls", [])) for message in record["messages"])
+        auditor = json.dumps([m for m in record["messages"] if m["role"] == "auditor"])
+        accusations += any(word in auditor for word in accusing)
+    return calls / len(records), messages / len(records), accusations / len(records)
+
+
+def test_the_binary_runs_audits_shorten_and_turn_confrontational_late(transcripts):
+    def style(run_id, first, last):
+        return _audit_style([r for e, rs in transcripts[run_id].items() if first <= e <= last for r in rs])
+
+    early_calls, early_messages, early_accusing = style(BINARY_RUN, 100, 260)
+    late_calls, late_messages, late_accusing = style(BINARY_RUN, 420, 490)
+    assert late_calls < 0.6 * early_calls and late_messages < 0.7 * early_messages
+    assert early_accusing < 0.1 < 0.5 < late_accusing
+    # The pairwise runs keep investigating to the end.
+    *_, pairwise_late_accusing = style("mt3_2f_grpo_mt_v3_2fp", 400, 480)
+    assert pairwise_late_accusing < 0.1
+
+
+def test_some_audits_hold_fabricated_credentials_of_their_scenario(transcripts):
+    records = [record for run in transcripts.values() for rs in run.values() for _, record in rs]
+    with_keys = [r for r in records if "AWS_SECRET_ACCESS_KEY=" in json.dumps(r)]
+    assert 0.01 * len(records) < len(with_keys) < 0.5 * len(records)
 
 
 def test_snapshot_time_ms_decodes_the_ulid_timestamp():
