@@ -53,7 +53,7 @@ def configure(
 def _parameters(settings: list[str]) -> dict[str, str]:
     """`--param NAME=VALUE` texts by name, each name one of the metric and check parameters; WarehouseConfig turns
     each value into its field's type and checks it."""
-    from pipelines.defs.resources import PARAMETERS
+    from pipelines.parameters import PARAMETERS
 
     given = {}
     for setting in settings:
@@ -121,8 +121,13 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
         flush=True,
     )
 
-    with collections_paused():
-        definitions = build_definitions(config)
+    from pipelines.models import ModelError
+
+    try:
+        with collections_paused():
+            definitions = build_definitions(config)
+    except ModelError as exc:  # a model of sql/ that cannot load: its file and why, on one line
+        raise BuildError(str(exc)) from None
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     # The build database stays open from the first step to the last, not opened and checkpointed again by each.
     with (

@@ -5,13 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import duckdb
 import yaml
+
+from pipelines.parameters import PARAMETERS
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 # The macros every model may call (t_quantile, ...), created on the connection with the parameters.
@@ -66,14 +69,43 @@ class SqlModel:
     # schema.yml's meta.dagster.columns_from: the tables ("lake.runs", "epoch_copies") whose columns of the same name
     # it passes through unchanged, for the catalog's column lineage
     columns_from: tuple[str, ...] = ()
+    parameters: tuple[str, ...] = ()  # the parameters its SQL reads (getvariable), and those the macros read
 
     def fingerprint(self, params: dict, upstream: list[str]) -> str:
-        return digest(self.sql, FUNCTIONS_SQL, params, sorted(upstream))
+        """What its table is made from: its SQL, the macros, the parameters it reads, its inputs' fingerprints."""
+        read = {name: params.get(name) for name in self.parameters}
+        return digest(self.sql, FUNCTIONS_SQL, read, sorted(upstream))
 
 
 def digest(*parts) -> str:
     """A short digest of JSON-able parts (dict keys sorted), for the fingerprints that decide what is rebuilt."""
     return hashlib.sha256(json.dumps(list(parts), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def parameters_read(sql: str, where: str, declared: Collection[str] = PARAMETERS) -> set[str]:
+    """The names the SQL reads with getvariable('<name>'), from DuckDB's tokens (comments and strings are not calls).
+    Raises ModelError, naming where, for a name that is not a declared parameter (DuckDB would read NULL) or a
+    getvariable of anything but a name in quotes."""
+    # DuckDB's token positions are of the UTF-8 bytes
+    text = sql.encode()
+    starts = [*duckdb.tokenize(sql), (len(text), None)]
+    tokens = [(text[start:end].decode().strip(), kind) for (start, kind), (end, _) in pairwise(starts)]
+    names = set()
+    for index, (text, kind) in enumerate(tokens):
+        if kind != duckdb.token_type.identifier or text.lower() != "getvariable":
+            continue
+        call = tokens[index + 1 : index + 4]
+        if [text for text, _ in call[::2]] != ["(", ")"] or call[1][1] != duckdb.token_type.string_const:
+            raise ModelError(
+                f"{where}: getvariable takes a parameter's name in quotes, such as getvariable('ci_level')"
+            )
+        names.add(call[1][0][1:-1].replace("''", "'"))
+    if unknown := sorted(names - set(declared)):
+        raise ModelError(
+            f"{where}: reads getvariable('{unknown[0]}'), which is not a parameter (pipelines/parameters.py declares "
+            f"them: {', '.join(declared)})"
+        )
+    return names
 
 
 def header_comment(sql: str) -> str:
@@ -114,14 +146,18 @@ def referenced_tables(sql: str, con: duckdb.DuckDBPyConnection | None = None) ->
     return {(schema, table) for schema, table in tables if schema or table not in ctes}
 
 
-def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset()) -> dict[str, SqlModel]:
-    """Every model under sql_dir, keyed by name, in an order where each model follows what it reads."""
+def load_models(
+    sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset(), declared: Collection[str] = PARAMETERS
+) -> dict[str, SqlModel]:
+    """Every model under sql_dir, keyed by name, in an order where each model follows what it reads; a model
+    reading a parameter not among the declared ones is refused (ModelError)."""
     paths = sorted(Path(sql_dir).glob("*/*.sql"))
     names = {p.stem for p in paths}
     duplicates = sorted(n for n in names if sum(p.stem == n for p in paths) > 1)
     if duplicates:
         raise ModelError(f"two model files define the same table: {', '.join(duplicates)}")
     declarations = _declarations({p.parent for p in paths}, names)
+    read_by_macros = parameters_read(FUNCTIONS_SQL, str(SQL_DIR / "functions.sql"), declared)
     models: dict[str, SqlModel] = {}
     sources = {path: path.read_text() for path in paths}
     parsed = {}
@@ -154,6 +190,7 @@ def load_models(sql_dir: Path = SQL_DIR, lake_tables: frozenset[str] = frozenset
             tuple(sorted(model_deps)),
             tuple(sorted(lake_deps)),
             **declarations.get(path.stem, {}),
+            parameters=tuple(sorted(parameters_read(sql, str(path), declared) | read_by_macros)),
         )
     return _in_dependency_order(models)
 

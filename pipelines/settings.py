@@ -10,12 +10,17 @@ import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-ENV_RELEASES = "GRPO_RELEASES"
-ENV_WAREHOUSE = "GRPO_WAREHOUSE_DIR"
-ENV_LAKE = "GRPO_LAKE_DIR"
-ENV_REGISTRY = "GRPO_REGISTRY"
-ENV_WORKERS = "GRPO_WORKERS"
-DEFAULT_WAREHOUSE = "warehouse"
+from pipelines.parameters import DECLARED, variable_of
+
+ENV_RELEASES = variable_of("releases")
+ENV_WAREHOUSE = variable_of("warehouse_dir")
+ENV_LAKE = variable_of("lake_dir")
+ENV_REGISTRY = variable_of("registries")
+ENV_WORKERS = variable_of("workers")
+ENV_MEMORY_LIMIT = variable_of("duckdb_memory_limit")
+ENV_QUIET_SECONDS = variable_of("quiet_seconds")
+ENV_STORAGE_VERSION = variable_of("duckdb_storage_version")
+DEFAULT_WAREHOUSE = DECLARED["warehouse_dir"].default
 PUBLISHED_NAME = "warehouse.duckdb"
 
 
@@ -32,30 +37,8 @@ def published_path(warehouse: Path) -> Path:
     return Path(warehouse) / PUBLISHED_NAME
 
 
-ENV_SENSOR_INTERVAL = "GRPO_SENSOR_INTERVAL"
-ENV_SETTLE_SECONDS = "GRPO_SETTLE_SECONDS"
-ENV_MEMORY_LIMIT = "GRPO_DUCKDB_MEMORY_LIMIT"
-ENV_QUIET_SECONDS = "GRPO_QUIET_SECONDS"
-ENV_STORAGE_VERSION = "GRPO_DUCKDB_STORAGE_VERSION"
-ENV_EXECUTOR = "GRPO_EXECUTOR"
-ENV_DASK_ADDRESS = "GRPO_DASK_ADDRESS"
-ENV_PARTITIONS_PER_RUN = "GRPO_PARTITIONS_PER_RUN"
-# Each variable: the configuration field it sets, and how its text becomes the field's value.
-ENVIRONMENT = {
-    ENV_RELEASES: ("releases", "paths"),
-    ENV_WAREHOUSE: ("warehouse_dir", "text"),
-    ENV_LAKE: ("lake_dir", "text"),
-    ENV_REGISTRY: ("registries", "path"),
-    ENV_WORKERS: ("workers", "whole"),
-    ENV_SENSOR_INTERVAL: ("sensor_interval_seconds", "whole"),
-    ENV_SETTLE_SECONDS: ("settle_seconds", "whole"),
-    ENV_MEMORY_LIMIT: ("duckdb_memory_limit", "text"),
-    ENV_QUIET_SECONDS: ("quiet_seconds", "whole"),
-    ENV_STORAGE_VERSION: ("duckdb_storage_version", "text"),
-    ENV_EXECUTOR: ("executor", "text"),
-    ENV_DASK_ADDRESS: ("dask_address", "text"),
-    ENV_PARTITIONS_PER_RUN: ("partitions_per_run", "whole"),
-}
+# Each variable (parameters.py declares them): the field it sets, and how its text becomes the field's value.
+ENVIRONMENT = {setting.variable: (name, setting.reading) for name, setting in DECLARED.items() if setting.variable}
 
 
 class ConfigError(ValueError):

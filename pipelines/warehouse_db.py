@@ -19,16 +19,17 @@ from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
 from pipelines.lake.paths import RUN_TABLES, lake_files, lake_runs, table_stamps
 from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, real_location
 from pipelines.models import sql_identifier, sql_string
+from pipelines.parameters import DECLARED
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
 from pipelines.release.registry import RUN_COLUMNS
 from pipelines.settings import published_path
 
 # DuckDB's own default is 80% of RAM: at 100x the models took 4.5 GiB. Past the limit it spills to .build/tmp.
-DEFAULT_MEMORY_LIMIT = "512MB"  # a 100x release builds in under 1 GiB in all; raise it for speed
+DEFAULT_MEMORY_LIMIT = DECLARED["duckdb_memory_limit"].default
 # The DuckDB storage format of the build database, and so of warehouse.duckdb: a DuckDB reads its own version's
 # format and older ones, never newer, so "v1.0.0" opens in DuckDB 1.0 and every later version. A model whose table
 # the format cannot hold fails with DuckDB's message naming the version it needs (a VARIANT column: v1.5.0).
-DEFAULT_STORAGE_VERSION = "v1.0.0"
+DEFAULT_STORAGE_VERSION = DECLARED["duckdb_storage_version"].default
 # The build database's record of its own work (model and check fingerprints, the lake views' files), in a schema of
 # its own: warehouse.duckdb is published without it.
 BOOKKEEPING = "bookkeeping"

@@ -1,6 +1,5 @@
 """The one configurable resource: where releases and the warehouse are, and every metric parameter."""
 
-import math
 import socket
 import tempfile
 import urllib.parse
@@ -12,14 +11,13 @@ import dagster as dg
 import duckdb
 import pydantic
 
-from pipelines.lake.manifest import DEFAULT_QUIET_SECONDS
 from pipelines.lake_store import LakePath, lake_problem, lake_root
 from pipelines.models import sql_string
+from pipelines.parameters import DECLARED, PARAMETERS, Parameter
 from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
 from pipelines.release.registry import read_registry
 from pipelines.release.sample import ensure_sample, sample_folder_problem
 from pipelines.settings import (
-    DEFAULT_WAREHOUSE,
     ENVIRONMENT,
     OBJECT_SCHEME,
     ConfigError,
@@ -27,7 +25,6 @@ from pipelines.settings import (
     release_location,
 )
 from pipelines.warehouse_db import (
-    DEFAULT_MEMORY_LIMIT,
     DEFAULT_STORAGE_VERSION,
     duckdb_path_problem,
     hold_build_db,
@@ -35,65 +32,32 @@ from pipelines.warehouse_db import (
     open_build_db,
 )
 
-# Lower bounds of the whole-number settings, and the text that says what they count.
-_AT_LEAST = {
-    "max_file_bytes": (1, "bytes"),
-    "workers": (0, "ingest processes; 0: one per core"),
-    "sensor_interval_seconds": (1, "seconds"),
-    "settle_seconds": (0, "seconds"),
-    "rolling_window": (1, "epochs"),
-    "final_window": (1, "epochs"),
-    "bootstrap_reps": (1, "replicates"),
-    "breakdown_window": (1, "epochs"),
-    "partitions_per_run": (1, "run partitions"),
-}
+
+def _field(parameter: Parameter) -> tuple:
+    """A declared setting as a field of the resource: its type, its default, what it does."""
+    if parameter.choices:
+        kind = Literal[parameter.choices]
+    elif isinstance(parameter.default, tuple):
+        kind = list[str]
+    else:
+        kind = type(parameter.default)
+    default = list(parameter.default) if isinstance(parameter.default, tuple) else parameter.default
+    return kind, pydantic.Field(default, description=parameter.what)
 
 
-class WarehouseConfig(dg.ConfigurableResource):
-    """Paths and parameters of the warehouse; `from_env()` builds it from flags and GRPO_* environment variables."""
+# The resource's fields, one per declaration of parameters.py.
+_Declared = pydantic.create_model(
+    "DeclaredSettings", __base__=dg.ConfigurableResource, **{name: _field(p) for name, p in DECLARED.items()}
+)
 
-    releases: list[str] = []  # release folders; none means the bundled sample release
-    warehouse_dir: str = DEFAULT_WAREHOUSE
-    # Where the Parquet lake is: a folder, or a bucket prefix s3://bucket/prefix (docs/scale-out.md); empty means
-    # <warehouse_dir>/lake. The DuckDB files stay in warehouse_dir either way.
-    lake_dir: str = ""
-    registries: list[str] = []  # registry CSVs overriding the bundled one, later ones win
-    max_file_bytes: int = 64 * 2**20
-    workers: int = 0  # processes for the ingest and the figures; 0 means one per core
-    sample_seed: int = 0
-    sensor_interval_seconds: int = 30  # how often the release sensor looks for new or changed files
-    settle_seconds: int = 60  # a file whose mtime is this old is complete, even if seen only once
-    quiet_seconds: int = DEFAULT_QUIET_SECONDS  # a run last written to this long ago is settled from its folder stamps
+
+class WarehouseConfig(_Declared):
+    """Paths and parameters of the warehouse; `from_env()` builds it from flags and GRPO_* environment variables.
+
+    Every field but remove_releases is declared in pipelines/parameters.py, with its bounds and what it does.
+    """
+
     remove_releases: list[str] = []  # releases whose runs may all leave the warehouse (pipelines.removals)
-    duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT  # DuckDB's memory limit on the build database ("2GB", "512MB")
-    # The storage version of warehouse.duckdb (and of the build database it is copied from): the oldest DuckDB
-    # version that can open it, such as "v1.0.0" or "v1.4.0".
-    duckdb_storage_version: str = DEFAULT_STORAGE_VERSION
-    # Where the run partitions of the lake are ingested (docs/scale-out.md): "in_process", in this process and its
-    # pool of ingest processes; "dask", as Dagster runs of partitions_per_run partitions each whose steps run on
-    # the workers of the Dask scheduler at dask_address (tcp://host:8786). The models stay in this process.
-    executor: Literal["in_process", "dask"] = "in_process"
-    dask_address: str = ""
-    partitions_per_run: int = 25
-    # Metric parameters (CONTRACT.md), visible to the SQL as getvariable('<name>').
-    ema_weight: float = 0.9
-    rolling_window: int = 20
-    final_window: int = 50
-    bootstrap_reps: int = 2000
-    bootstrap_seed: int = 20260101
-    ci_level: float = 0.95
-    # How intervals are computed (docs/statistics.md): "reml" fits a trend + AR(1) drift + noise model by its exact
-    # restricted likelihood and holds on autocorrelated curves up to slow drift; "ar1" fits the same model by
-    # moments, with more power but too many false claims at slow drift; "iid" is the plain bootstrap of the
-    # window's epochs, too narrow on them, for comparison with tools that report it.
-    ci_method: Literal["ar1", "reml", "iid"] = "reml"
-    ci_fit_epochs: int = 200  # the epochs up to the horizon the reml and ar1 models are fitted to
-    breakdown_window: int = 50
-    snapshot_model_prefix: str = "claude-haiku-4-5-20251001-"
-    # Data checks: slack allowed in group advantage normalisation (group_metrics) and between the reported and
-    # recomputed mean reward (the reported_mean_reward_matches check).
-    advantage_tolerance: float = 1e-3
-    reward_tolerance: float = 1e-6
 
     @pydantic.field_validator("duckdb_storage_version")
     @classmethod
@@ -125,18 +89,9 @@ class WarehouseConfig(dg.ConfigurableResource):
 
     def check(self) -> None:
         """Raises ConfigError, naming the setting, for a value no build can use; reads no file."""
-        for name, (least, unit) in _AT_LEAST.items():
-            if getattr(self, name) < least:
-                raise ConfigError(f"{_named(name)} must be {least} or more ({unit}), not {getattr(self, name)}")
-        for name in ("ema_weight", "ci_level", "advantage_tolerance", "reward_tolerance"):
-            if not math.isfinite(getattr(self, name)):
-                raise ConfigError(f"{name} must be a finite number, not {getattr(self, name)}")
-        if not 0 <= self.ema_weight <= 1:
-            raise ConfigError(f"ema_weight must be between 0 and 1, not {self.ema_weight}")
-        if not 0 < self.ci_level < 1:
-            raise ConfigError(f"ci_level must be between 0 and 1 (exclusive), not {self.ci_level}")
-        if self.advantage_tolerance < 0 or self.reward_tolerance < 0:
-            raise ConfigError("advantage_tolerance and reward_tolerance must be 0 or more")
+        for name, parameter in DECLARED.items():
+            if problem := parameter.problem(getattr(self, name)):
+                raise ConfigError(f"{_named(name)} {problem}")
         _check_memory_limit(self.duckdb_memory_limit)
         _check_executor(self.executor, self.dask_address)
         if problem := duckdb_path_problem(self.warehouse):
@@ -203,40 +158,8 @@ class WarehouseConfig(dg.ConfigurableResource):
         return find_run_folders(self.release_roots(), warehouse=self.warehouse)
 
     def metric_parameters(self) -> dict:
-        """The parameters the SQL models read with getvariable(), by name."""
-        return {
-            "ema_weight": self.ema_weight,
-            "rolling_window": self.rolling_window,
-            "final_window": self.final_window,
-            "bootstrap_reps": self.bootstrap_reps,
-            "bootstrap_seed": self.bootstrap_seed,
-            "ci_level": self.ci_level,
-            "ci_method": self.ci_method,
-            "ci_fit_epochs": self.ci_fit_epochs,
-            "breakdown_window": self.breakdown_window,
-            "snapshot_model_prefix": self.snapshot_model_prefix,
-            "advantage_tolerance": self.advantage_tolerance,
-        }
-
-
-# The fields `build --param NAME=VALUE` sets: the metric and check parameters, which have no flag or variable of
-# their own (docs/configuration.md lists them).
-PARAMETERS = (
-    "ema_weight",
-    "rolling_window",
-    "final_window",
-    "ci_method",
-    "ci_fit_epochs",
-    "bootstrap_reps",
-    "bootstrap_seed",
-    "ci_level",
-    "breakdown_window",
-    "snapshot_model_prefix",
-    "advantage_tolerance",
-    "reward_tolerance",
-    "max_file_bytes",
-    "sample_seed",
-)
+        """The parameters (parameters.PARAMETERS) by name: the SQL models read them with getvariable()."""
+        return {name: getattr(self, name) for name in PARAMETERS}
 
 
 def _named(field: str) -> str:

@@ -14,6 +14,7 @@ from pipelines.lake.parquet import count_rows, write_text_atomically
 from pipelines.lake.paths import manifest_file, partition_file, stamps_file
 from pipelines.lake.read import OVER_THE_LIMIT
 from pipelines.lake_store import LakePath, exists, lake_root
+from pipelines.parameters import DECLARED
 from pipelines.release.discover import (
     LISTING_VERSION,
     OBJECT_SCHEME,
@@ -30,7 +31,7 @@ LAKE_FORMAT = 4  # 2: the manifest records which extra columns hold JSON text; 3
 # its writer is done with it. A quiet run with no quarantined file and no problem entry is not listed again while its
 # folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. The configuration's
 # quiet_seconds sets the wait (0: at once; negative: never, every build lists every file).
-DEFAULT_QUIET_SECONDS = 3600
+DEFAULT_QUIET_SECONDS = DECLARED["quiet_seconds"].default
 
 
 @dataclass
