@@ -90,27 +90,6 @@ def build_and_compare(tmp_path, build, capsys, release) -> dict[str, str]:
     return done
 
 
-def test_the_incremental_models_are_the_run_local_ones():
-    assert INCREMENTAL == [
-        "bootstrap_means",
-        "epoch_copies",
-        "epoch_metrics",
-        "epoch_trajectory_counts",
-        "fact_epochs",
-        "fact_trajectories",
-        "file_inventory",
-        "group_metrics",
-        "ingest_errors",
-        "reward_breakdowns",
-        "run_summary",
-        "unloaded_epochs",
-        "value_warnings",
-    ]
-    # run_summary reads the one thing that depends on the other runs of an ablation, its compute-matched horizon,
-    # from run_horizons, which is rebuilt whole (and cheap).
-    assert MODELS["run_horizons"].incremental_key is None
-
-
 @pytest.mark.slow
 def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scratch(
     tmp_path, build, capsys, release, write_epoch
