@@ -130,41 +130,6 @@ def parser() -> argparse.ArgumentParser:
         "(default: the multi-target release flat, the binary one in epoch folders)",
     )
 
-    bench = commands.add_parser("bench", help="time ingest, rebuilds and the whole build against baselines")
-    bench.add_argument(
-        "--scale",
-        type=int,
-        action="append",
-        metavar="K",
-        help="benchmark a sample release K times the published size; repeat for several (default 1 and 10)",
-    )
-    bench.add_argument(
-        "--release",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="benchmark these release folders instead (a linked copy is modified, never the original)",
-    )
-    bench.add_argument("--workdir", metavar="DIR", help="where releases and lakes go (default: a temporary folder)")
-    bench.add_argument("--workers", type=int, default=0, help="ingest processes (default: one per core)")
-    bench.add_argument("--repeat", type=int, default=1, help="run each step N times and report medians")
-    bench.add_argument("--json", metavar="FILE", help="write the raw results as JSON")
-    bench.add_argument("--keep", action="store_true", help="keep the generated releases and lakes")
-    bench.add_argument("--no-pandas", action="store_true", help="skip the naive pandas baseline (slow at 100x)")
-    bench.add_argument("--no-serial", action="store_true", help="skip the 1-worker ingest (the parallel speedup)")
-    bench.add_argument(
-        "--no-build",
-        action="store_true",
-        help="skip the whole-build figures (Dagster and the models; most of the time at 100x)",
-    )
-
-    bench.add_argument(
-        "--scale-out",
-        action="store_true",
-        help="also ingest from and into an S3 server on loopback (moto), build with the lake there, and build on two "
-        "Dask workers (docs/scale-out.md)",
-    )
-
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument(
         "query",
@@ -194,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
             return run_build(args)
         if args.command == "sample":
             return run_sample(args)
-        if args.command == "bench":
-            return run_bench(args)
         return run_sql(args)
     except (CommandError, BuildError) as exc:
         print(f"grpo-warehouse {args.command}: {exc}", file=sys.stderr)
@@ -230,34 +193,6 @@ def run_sample(args) -> int:
         print(f"  {folder}")
     releases = " ".join(f"--release {shlex.quote(str(folder.absolute()))}" for folder in folders)
     print(f"build its warehouse with:\n  grpo-warehouse build {releases}")
-    return 0
-
-
-def run_bench(args) -> int:
-    from pipelines.bench import DEFAULT_SCALES
-    from pipelines.bench import run_bench as measure
-
-    if any(k < 1 for k in args.scale or []):
-        raise CommandError("--scale must be 1 or more")
-    if args.repeat < 1:
-        raise CommandError("--repeat must be 1 or more")
-    for release in args.release:
-        if not Path(release).is_dir():
-            raise CommandError(f"release folder {release} does not exist or is not a folder")
-    scales = [] if args.release and not args.scale else (args.scale or list(DEFAULT_SCALES))
-    measure(
-        scales,
-        args.release,
-        args.workdir,
-        args.workers,
-        args.repeat,
-        args.json,
-        args.keep,
-        with_pandas=not args.no_pandas,
-        with_serial=not args.no_serial,
-        with_build=not args.no_build,
-        with_scale_out=args.scale_out,
-    )
     return 0
 
 

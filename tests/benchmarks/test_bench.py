@@ -5,7 +5,9 @@ from pathlib import Path
 
 from helpers import epoch_document, write_epoch_file
 
-from pipelines.bench import add_epoch_file, build_ratios, check_targets, format_table, run_bench
+from benchmarks.plan import add_epoch_file, run_bench
+from benchmarks.report import format_table
+from benchmarks.targets import build_ratios, check_targets
 from pipelines.release.sample import write_epoch_in_layout
 
 
