@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
 import polars as pl
 
+from pipelines.exports.escape import md_code, md_text, shell_json_string, visible
 from pipelines.exports.figure import file_stem
 
 MISSING = "–"
@@ -41,6 +43,8 @@ def integer(value) -> str:
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of cells that are Markdown already (names through md_text or md_code); a `|` left in a cell,
+    inside a code span, gets the table's escape."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -50,9 +54,9 @@ def frame_table(frame: pl.DataFrame) -> str:
     """Any frame as a Markdown table, floats with 3 decimals."""
 
     def cell(value) -> str:
-        return num(value) if isinstance(value, float) else (MISSING if value is None else str(value))
+        return num(value) if isinstance(value, float) else (MISSING if value is None else md_text(value))
 
-    return table(frame.columns, [[cell(v) for v in row] for row in frame.iter_rows()])
+    return table([md_text(c) for c in frame.columns], [[cell(v) for v in row] for row in frame.iter_rows()])
 
 
 def _finite(value) -> bool:
@@ -139,7 +143,7 @@ def headline(
     labels = dict(zip(ablation_runs["run_id"], ablation_runs["label"], strict=True))
 
     def name(run: str) -> str:
-        return f"**{labels.get(run) or run}** (`{run}`)"
+        return f"**{md_text(labels.get(run) or run)}** ({md_code(run)})"
 
     order = ranked(summary)
     scored = order.filter(pl.col("matched_reward").is_not_null() & pl.col("matched_reward").is_not_nan())
@@ -193,8 +197,8 @@ def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
     best, second = order[0], order[1]
     level = f"{settings.ci_level:.0%}"
     text = (
-        f"Best configuration at the compute-matched horizon: arm **{best}** ({iqms[best][1]} runs), IQM of its "
-        f"runs' matched rewards {num(iqms[best][0])}, against {num(iqms[second][0])} for arm **{second}** "
+        f"Best configuration at the compute-matched horizon: arm **{md_code(best)}** ({iqms[best][1]} runs), IQM of "
+        f"its runs' matched rewards {num(iqms[best][0])}, against {num(iqms[second][0])} for arm **{md_code(second)}** "
         f"({iqms[second][1]} runs)"
     )
     contrast = oriented_contrast(by_runs, best, second)
@@ -227,8 +231,8 @@ def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: Rep
     ]
     rows = [
         [
-            f"`{r['run_id']}`",
-            labels.get(r["run_id"]) or MISSING,
+            md_code(r["run_id"]),
+            md_text(labels[r["run_id"]]) if labels.get(r["run_id"]) else MISSING,
             f"{integer(r['n_epochs'])} ({integer(r['first_epoch'])}–{integer(r['last_epoch'])})",
             integer(r["missing_epochs"]),
             num(r["final_reward"]),
@@ -265,12 +269,12 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
     def ahead(row: dict) -> str:
         if not _finite(row["delta"]) or row["delta"] == 0:
             return MISSING
-        return f"`{row['run_b'] if row['delta'] > 0 else row['run_a']}`"
+        return md_code(row["run_b"] if row["delta"] > 0 else row["run_a"])
 
     rows = [
         [
-            f"`{r['run_a']}`",
-            f"`{r['run_b']}`",
+            md_code(r["run_a"]),
+            md_code(r["run_b"]),
             num(r["delta"], signed=True),
             interval(r["ci_low"], r["ci_high"]),
             "yes" if r["resolved"] and r["ci_method"] != "iid" else "no",
@@ -294,14 +298,20 @@ def snapshots_table(summary: pl.DataFrame, snapshots: pl.DataFrame) -> str:
         .sort("_run", "run_id", "_role")
     )
     rows = [
-        [f"`{r['run_id']}`", r["role"], integer(r["epoch"]), f"`{r['model_name']}`" if r["model_name"] else MISSING]
+        [
+            md_code(r["run_id"]),
+            md_text(r["role"]),
+            integer(r["epoch"]),
+            md_code(r["model_name"]) if r["model_name"] else MISSING,
+        ]
         for r in chosen.iter_rows(named=True)
     ]
     return table(["run", "role", "epoch", "model name"], rows)
 
 
 def how_to_call(model_name: str) -> str:
-    """The Messages API call of a promoted snapshot, in curl and in Python; the key comes from the environment."""
+    """The Messages API call of a promoted snapshot, in curl and in Python; the key comes from the environment. The
+    model name is a string literal in both, whatever it holds."""
     return f"""A snapshot is called by its model name on `/v1/messages` with the `anthropic-beta: {BETA_HEADER}`
 header. The snapshots of the paper's compute-matched tables are promoted on the Finetuning API and do not
 expire; other snapshots expire 7 days after they were made unless promoted. Here, the winner's matched snapshot
@@ -313,7 +323,7 @@ curl {API_URL} \\
   -H "anthropic-version: 2023-06-01" \\
   -H "anthropic-beta: {BETA_HEADER}" \\
   -H "content-type: application/json" \\
-  -d '{{"model": "{model_name}", "max_tokens": 1024,
+  -d '{{"model": {shell_json_string(model_name)}, "max_tokens": 1024,
        "messages": [{{"role": "user", "content": "Hello"}}]}}'
 ```
 
@@ -322,7 +332,7 @@ import anthropic
 
 client = anthropic.Anthropic()  # reads ANTHROPIC_API_KEY from the environment
 message = client.messages.create(
-    model="{model_name}",
+    model={json.dumps(visible(model_name))},
     max_tokens=1024,
     messages=[{{"role": "user", "content": "Hello"}}],
     extra_headers={{"anthropic-beta": "{BETA_HEADER}"}},
@@ -349,7 +359,7 @@ def _section_lead(
     arms = members["arm"].unique().to_list() if "arm" in members.columns else ids
     if len(ids) > 1 and len(arms) == 1:
         return (
-            f"All {len(ids)} runs are seeds of one configuration (arm **{arms[0]}**): there is no other "
+            f"All {len(ids)} runs are seeds of one configuration (arm **{md_code(arms[0])}**): there is no other "
             "configuration to compare it with; the table shows how much its seeds differ."
         )
     with_seeds = contrasts.height and contrasts["unit"].eq("runs").any()
@@ -361,7 +371,7 @@ def _figure_lines(ablation: str | None, settings: ReportSettings) -> list[str]:
     name, stem, folder = ablation or "unassigned", file_stem(ablation), settings.figures_folder
     return [
         "",
-        f"![Ablation {name}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)",
+        f"![Ablation {md_text(name)}: reward curves, zero-variance groups and entropy]({folder}/{stem}.png)",
         "",
         f"Figure: [{stem}.png]({folder}/{stem}.png), [{stem}.svg]({folder}/{stem}.svg). Lines: EMA of the "
         "per-epoch mean reward; points: per-epoch means; band: the EMA ± the trailing spread of per-epoch "
@@ -408,7 +418,7 @@ def section_parts(
 def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSettings, full: bool = True) -> list[str]:
     """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
     name = ablation or "unassigned"
-    lines = ["", f"## Ablation `{name}`", "", parts.lead]
+    lines = ["", f"## Ablation {md_code(name)}", "", parts.lead]
     if full:
         lines += _figure_lines(ablation, settings)
     lines += [

@@ -62,3 +62,16 @@ def test_the_exports_record_is_read_again_once_another_process_replaced_it(tmp_p
     assert kept_entry(tmp_path, "report", "fp2")["data_version"] == "v2"
     record(tmp_path, "figures", "fp3", [], "v3", {})
     assert set(json.loads((tmp_path / STATE_NAME).read_text())) == {"report", "figures"}
+
+
+def test_csv_fields_holding_markup_or_formulas_read_back_as_they_are():
+    """Quoting keeps commas, quotes and line breaks inside one field; a formula-like value is kept as it is (the CSV
+    is data: a prefix would change the run id)."""
+    import csv
+
+    from hostile import HOSTILE_NAMES
+
+    names = [*HOSTILE_NAMES, 'say "hi", then\r\nleave', "+1", "-x", "@sum(A1)", "\ttab"]
+    frame = pl.DataFrame({"run_id": names, "value": [-0.5] * len(names)})
+    rows = list(csv.reader(io.StringIO(table_files(frame)["csv"].decode(), newline="")))
+    assert rows == [["run_id", "value"], *([name, "-0.5"] for name in names)]

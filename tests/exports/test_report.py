@@ -1,10 +1,14 @@
 """report.md: its numbers, parsed back from the Markdown, are the tables' numbers; headline and snippets."""
 
+import ast
+import json
 import math
 import re
+import shlex
 
 import polars as pl
 import pytest
+from hostile import HOSTILE_NAMES, rendered, shown
 
 from pipelines.exports.report import ReportSettings, render_headlines, render_report, render_report_and_headlines
 
@@ -243,7 +247,7 @@ def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
     summary = tables["summary"].head(0)
     text = render_report(runs, summary, contrasts, tables["snapshots"].head(0))
     headline = section(text, "## Ablation `seeds`").strip().splitlines()[0]
-    assert headline.startswith("Best configuration at the compute-matched horizon: arm **arm_b** (2 runs)")
+    assert headline.startswith("Best configuration at the compute-matched horizon: arm **`arm_b`** (2 runs)")
     assert "difference +0.120, 95% stratified-bootstrap interval over runs [0.040, 0.200]" in headline
     assert "resolved at 95%" in headline and "claim about the configurations" in headline
 
@@ -254,5 +258,48 @@ def test_seeds_of_a_single_configuration_are_not_ranked(tables):
     )
     text = render_report(runs, tables["summary"], tables["contrasts"].head(0), tables["snapshots"])
     headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
-    assert headline.startswith("All 3 runs are seeds of one configuration (arm **cfg**)")
+    assert headline.startswith("All 3 runs are seeds of one configuration (arm **`cfg`**)")
     assert "Winner" not in headline
+
+
+def test_hostile_names_are_text_in_the_rendered_report(tables):
+    """Run ids, labels, ablations and snapshot ids that are markup: rendered by a viewer that renders HTML, the report
+    holds no element, attribute or link from them, and shows each of them as it is."""
+    names = dict(zip(["r_long", "r_mid", "r_short", "solo"], HOSTILE_NAMES, strict=False))
+    snapshot = HOSTILE_NAMES[1]  # holds </script>
+    renamed = {
+        key: frame.with_columns(
+            pl.col(c).replace(names) for c in ("run_id", "run_a", "run_b", "arm") if c in frame.columns
+        )
+        for key, frame in tables.items()
+    }
+    runs = renamed["runs"].with_columns(
+        label=pl.Series([HOSTILE_NAMES[5], HOSTILE_NAMES[6], None, HOSTILE_NAMES[7]]),
+        ablation=pl.Series(["a|b", "a|b", "a|b", "x_{1}$\\&"]),
+    )
+    contrasts = renamed["contrasts"].with_columns(ablation=pl.lit("a|b"))
+    snapshots = renamed["snapshots"].with_columns(model_name=pl.lit(f"claude-{snapshot}'\""))
+    text = render_report(runs, renamed["summary"], contrasts, snapshots)
+
+    page = rendered(text)
+    allowed = {"h1", "h2", "h3", "p", "table", "thead", "tbody", "tr", "th", "td", "code", "strong", "em", "pre", "a"}
+    assert {tag for tag, _ in page.elements} - allowed == {"img"}
+    for tag, attributes in page.elements:
+        if tag in ("img", "a"):
+            link = attributes.get("src") or attributes.get("href")
+            assert re.fullmatch(r"figures/[A-Za-z0-9._-]+\.(png|svg)", link), link
+        elif tag == "code":
+            assert attributes in ({}, {"class": "language-bash"}, {"class": "language-python"})
+        else:
+            assert attributes == {}, (tag, attributes)
+    shown_text = "".join(page.text)
+    for name in [*names.values(), "a|b", "x_{1}$\\&", HOSTILE_NAMES[5], HOSTILE_NAMES[6]]:
+        assert shown(name) in shown_text, name
+    # the call of the winner's snapshot: one shell word and one Python string holding the model name as it is
+    model = f"claude-{snapshot}'\""
+    bash = section(text, "## Calling a snapshot").split("```bash\n")[1].split("```")[0]
+    data = shlex.split(bash.replace("\\\n", " "))
+    assert json.loads(data[data.index("-d") + 1])["model"] == model
+    python = section(text, "## Calling a snapshot").split("```python\n")[1].split("```")[0]
+    call = next(n for n in ast.walk(ast.parse(python)) if isinstance(n, ast.Call) and n.keywords)
+    assert ast.literal_eval(next(k.value for k in call.keywords if k.arg == "model")) == model

@@ -19,6 +19,7 @@ from pipelines.exports import figure as figure_module
 from pipelines.exports import files as files_module
 from pipelines.exports import report as report_module
 from pipelines.exports import state as state_module
+from pipelines.exports.escape import md_text
 from pipelines.exports.explorer import (
     ExplorerSettings,
     ExplorerTables,
@@ -259,7 +260,7 @@ def collect_figures(
             drawn_files.update(drawn)
             kept = {"files": {name: len(content) for name, content in drawn.items()}, "hashes": file_hashes(drawn)}
             if image is not None:
-                name = json.loads(key)
+                name = md_text(json.loads(key) or "unassigned")
                 preview = f"**{name}**\n\n![{name}](data:image/jpeg;base64,{base64.b64encode(image).decode()})"
         hashes.update(kept["hashes"])
         if index < PREVIEWS_SHOWN:
