@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import is_, itemgetter
-from typing import Annotated, Any, Union
 
 import msgspec
 import numpy as np
@@ -28,6 +26,7 @@ from pipelines.release.decode import (
     nesting_depth,
 )
 from pipelines.release.discover import EpochFile
+from pipelines.release.shape import INT64_RANGE, Shape, typed_shape
 
 EPOCH_COLUMNS = {
     "run_id": pl.String,
@@ -49,7 +48,6 @@ TRAJECTORY_COLUMNS = {
     "advantage": pl.Float64,
 }
 _PYTHON_TO_POLARS = {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.String}
-_INT64 = (-(2**63), 2**63 - 1)
 
 # Extra columns kept as JSON text, per table: {column: the value types found, e.g. ["int", "str"]}. Plain columns
 # (one type, stored natively) are not listed; the lake keeps this beside the Parquet so that later files can be
@@ -91,7 +89,7 @@ def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | No
     if kinds == {int} or kinds == {int, float}:
         # The integers alone, picked out in C (a Python loop would cost a column of millions dearly).
         integers = values if found == {int} else list(compress(values, map(is_, map(type, values), repeat(int))))
-        if _INT64[0] <= min(integers) and max(integers) <= _INT64[1]:
+        if INT64_RANGE[0] <= min(integers) and max(integers) <= INT64_RANGE[1]:
             return pl.Series(name, values, dtype=pl.Float64 if float in kinds else pl.Int64, strict=True), None
     elif len(kinds) == 1 and kinds <= _PYTHON_TO_POLARS.keys():
         return pl.Series(name, values, dtype=_PYTHON_TO_POLARS[next(iter(kinds))], strict=True), None
@@ -234,103 +232,6 @@ def _as_floats(values: list) -> list | None:
         return None
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """What the fast path knows of a run's documents: every key, in order, with its value's type, and where it goes."""
-
-    keys: tuple[str, ...]
-    types: tuple[type, ...]
-    row: Callable[[dict], tuple]  # the epoch row's values, in the order of row_columns
-    row_columns: tuple[tuple[str, str], ...]  # ("epoch" | "extra", column) for each value of row
-    n_nested: int  # the row's last n_nested values are nested extras, stored as JSON text
-    lists: Callable[[dict], tuple]  # trajectory_ids, rewards, advantages and the per-trajectory extras
-    list_columns: tuple[str, ...]  # the column each of those lists extends (the extras' columns)
-    short_lists: tuple[str, ...]  # list-valued keys kept as JSON text because their length is not n
-    typed: _TypedShape | None  # the same shape as a typed decoder of a document's bytes, when one can be made
-
-
-@dataclass(frozen=True)
-class _TypedShape:
-    """A run's shape as a msgspec decoder: a document's bytes decoded and type-checked in one pass, in C.
-
-    Every key is a field (none missing, none unknown). Numbers are declared as decode_epoch takes them: a documented
-    number's float field takes an integer as a float, as decode_epoch does, and refuses a boolean; an extra's
-    integer stays an integer, beside floats too, and holds 64 bits at most, beyond which the one-by-one path keeps
-    JSON text. Nested extras are kept raw and parsed by orjson, as the one-by-one path parses them.
-    """
-
-    decoder: msgspec.json.Decoder
-    epoch: Callable[[tuple], int]
-    row: Callable[[tuple], tuple]  # as _Shape.row, over the decoded values in key order (nested extras raw)
-    lists: Callable[[tuple], tuple]
-    nested: tuple[tuple[int, type], ...]  # (index in row, dict or list) of each nested extra, in row order
-    short: tuple[int, ...]  # indexes in row of the short lists, which must not have n values
-    n_keys: int
-
-
-_INT64_FIELD = Annotated[int, msgspec.Meta(ge=_INT64[0], le=_INT64[1])]
-_FIELD_TYPES = {bool: bool, int: _INT64_FIELD, float: float, str: str, type(None): type(None)}
-_DOCUMENTED_FIELDS = {
-    "epoch": int,
-    "snapshot_id": str | None,
-    "trajectory_ids": list[str],
-    "rewards": list[float | None],
-    "advantages": list[float | None],
-    **{key: float | None for key in DOCUMENTED_SCALARS},
-}
-
-
-def _field_type(types: set[type]):
-    """The field type of an extra's values of these types. Beside a float, an integer stays an integer, as
-    decode_parsed keeps it, and one beyond 64 bits is refused: typed_series keeps such a column as JSON text."""
-    if float in types:
-        types = types | {int}
-    return Union[tuple(_FIELD_TYPES[t] for t in types)]  # noqa: UP007 (a union of a computed set has no `|` spelling)
-
-
-def _typed_shape(
-    doc: dict, row_keys: list[str], list_keys: list[str], nested: list[str], short: list[str]
-) -> _TypedShape | None:
-    """The typed decoder of a shape (see _TypedShape), or None when a value of the document has no field type."""
-    fields: list[tuple[str, Any]] = []
-    for i, (key, value) in enumerate(doc.items()):
-        if key in _DOCUMENTED_FIELDS:
-            kind = _DOCUMENTED_FIELDS[key]
-        elif key in nested:
-            kind = msgspec.Raw
-        elif key in list_keys:
-            element_types = set(map(type, value))
-            if not element_types <= SCALAR_TYPES:
-                return None
-            kind = list[_field_type(element_types)]
-        else:
-            kind = _field_type({type(value)})
-        fields.append((f"f{i}", kind))
-    position = {key: i for i, key in enumerate(doc)}
-    try:
-        struct = msgspec.defstruct(
-            "EpochDocument",
-            fields,
-            rename={f"f{i}": key for i, key in enumerate(doc)},
-            forbid_unknown_fields=True,
-            gc=False,
-        )
-        decoder = msgspec.json.Decoder(struct)
-    except (TypeError, ValueError):  # a key or a mix of types msgspec cannot declare
-        return None
-    row_index = [position[key] for key in row_keys]
-    n_plain = len(row_keys) - len(nested)
-    return _TypedShape(
-        decoder,
-        itemgetter(position["epoch"]),
-        itemgetter(*row_index),
-        itemgetter(*(position[k] for k in list_keys)),
-        tuple((n_plain + j, type(doc[key])) for j, key in enumerate(nested)),
-        tuple(n_plain + nested.index(key) for key in short),
-        len(doc),
-    )
-
-
 class RunColumns:
     """A run's flattened columns, filled document by document; frames() turns them into the two tables.
 
@@ -350,7 +251,7 @@ class RunColumns:
         self.scalar_extras: dict[str, list] = {}
         self.array_extras: dict[str, list] = {}
         self.n_epochs = self.n_traj = 0  # n_epochs: documents whose epoch row is in the columns
-        self._shape: _Shape | None = None
+        self._shape: Shape | None = None
         self._rows: list[tuple] = []  # epoch rows of documents add_parsed took, not yet in the columns
         self._lists: tuple[list, ...] = ()  # the lists add_parsed extends, made when it takes its first document
 
@@ -423,7 +324,7 @@ class RunColumns:
         self.n_traj += n
         self._pad()
 
-    def _shape_of(self, doc: dict) -> _Shape | None:
+    def _shape_of(self, doc: dict) -> Shape | None:
         """The shape the fast path takes, from a document that needs no warning; None if it cannot take it."""
         if any(key not in doc for key in DOCUMENTED_KEYS):
             return None
@@ -456,7 +357,7 @@ class RunColumns:
         # Nested extras after the scalar ones, as add() makes their columns.
         row_keys += nested
         row_columns += [("extra", extra_column_name(key, EPOCH_COLUMNS)) for key in nested]
-        return _Shape(
+        return Shape(
             tuple(doc),
             tuple(map(type, doc.values())),
             itemgetter(*row_keys),
@@ -465,7 +366,7 @@ class RunColumns:
             itemgetter(*list_keys),
             tuple(list_columns),
             tuple(short),
-            _typed_shape(doc, row_keys, list_keys, nested, short),
+            typed_shape(doc, row_keys, list_keys, nested, short),
         )
 
     def add_parsed(self, file: EpochFile, doc) -> bool:
