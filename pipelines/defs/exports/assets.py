@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.exports import escape as escape_module
 from pipelines.exports import explorer as explorer_module
 from pipelines.exports import figure as figure_module
 from pipelines.exports import files as files_module
@@ -47,6 +48,7 @@ GROUP = "exports"
 FIGURES = "figures"
 # Each exported table, in an order that makes its files byte-stable from one build to the next.
 EXPORTED_TABLES = {
+    "dim_runs": "run_id",
     "run_summary": "run_id",
     "ablation_contrasts": "ablation, run_a, run_b",
     "snapshots": "run_id, role",
@@ -93,7 +95,8 @@ def _code_version() -> str:
     """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
     libraries = f"matplotlib {version('matplotlib')} polars {pl.__version__} {library_versions()}"
     digest = hashlib.sha256(libraries.encode())
-    for module in (figure_module, files_module, report_module, state_module, explorer_module, sys.modules[__name__]):
+    modules = (figure_module, files_module, report_module, escape_module, state_module, explorer_module)
+    for module in (*modules, sys.modules[__name__]):
         digest.update(Path(module.__file__).read_bytes())
     for asset in sorted(explorer_module.ASSETS.iterdir()):
         digest.update(asset.name.encode() + asset.read_bytes())
@@ -349,7 +352,7 @@ def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rew
     kinds={"csv", "parquet"},
 )
 def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
-    """CSV and Parquet copies of run_summary, ablation_contrasts, snapshots and epoch_metrics."""
+    """CSV and Parquet copies of dim_runs, run_summary, ablation_contrasts, snapshots and epoch_metrics."""
     params = {"tables": EXPORTED_TABLES}
     folder = exports_dir(warehouse)
     entry = kept_entry(
