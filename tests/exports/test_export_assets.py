@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import logging
 
 import dagster as dg
 import polars as pl
@@ -314,3 +315,39 @@ def test_a_changed_run_remakes_its_own_ablations_section_of_the_report_only(tmp_
     write_build_db(fresh, build_tables(changed))
     dg.materialize([report], resources={"warehouse": WarehouseConfig(warehouse_dir=str(fresh))})
     assert text == (fresh / "exports" / "report.md").read_text()
+
+
+def test_a_figure_that_cannot_be_drawn_is_reported_the_others_built_and_it_is_drawn_once_it_can_be(
+    tmp_path, tables, monkeypatch
+):
+    from pipelines.exports import figure as figure_module
+
+    drawable = figure_module.ablation_figure
+
+    def failing_for_abl(ablation, *args, **kwargs):
+        if ablation == "abl":
+            raise ValueError("bottom cannot be >= top\nsecond line")
+        return drawable(ablation, *args, **kwargs)
+
+    monkeypatch.setattr(figure_module, "ablation_figure", failing_for_abl)
+    write_build_db(tmp_path, build_tables(tables))
+    figures = tmp_path / "exports" / "figures"
+    instance = dg.DagsterInstance.ephemeral()
+
+    def build() -> tuple[dict, list[str]]:
+        config = WarehouseConfig(warehouse_dir=str(tmp_path))
+        result = dg.materialize([ablation_figures], resources={"warehouse": config}, instance=instance)
+        assert result.success
+        (event,) = result.get_asset_materialization_events()
+        warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.level == logging.WARNING]
+        return event.materialization.metadata["not_drawn"].value, warnings
+
+    cause = "ValueError: bottom cannot be >= top"
+    for _ in range(2):  # reported again by a build with no change, which tries it again
+        not_drawn, warnings = build()
+        assert not_drawn == {"abl": cause}
+        assert warnings == [f"the figure of ablation 'abl' was not drawn: {cause}"]
+        assert sorted(p.name for p in figures.iterdir()) == ["other.png", "other.svg"]
+    monkeypatch.setattr(figure_module, "ablation_figure", drawable)
+    assert build() == ({}, [])
+    assert sorted(p.name for p in figures.iterdir()) == ["abl.png", "abl.svg", "other.png", "other.svg"]

@@ -1,15 +1,22 @@
-"""The ablation figure, checked through matplotlib's own objects: series, labels, legend, horizon, band."""
+"""The ablation figure, checked through what a reader sees: matplotlib's own objects (series, colours, legend,
+horizon, band) and the files it writes."""
 
+import io
 import math
+import multiprocessing
 import warnings
+import xml.etree.ElementTree as ET
+from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
 import polars as pl
 import pytest
 from matplotlib.collections import PolyCollection
-from matplotlib.text import Text
+from matplotlib.colors import to_hex
+from PIL import Image
 
 from pipelines.exports.figure import (
-    JOBS_PER_HELPER,
+    FIGURES_PER_PROCESS,
     PAPER_FIGURE_NAMES,
     FigureJob,
     Smoothing,
@@ -20,13 +27,24 @@ from pipelines.exports.figure import (
     figure_files,
     file_stem,
     render,
-    with_bands,
 )
+from pipelines.exports.figure_series import PALETTE, with_bands
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def by_gid(ax, prefix: str) -> dict[str, object]:
     artists = list(ax.get_lines()) + list(ax.collections)
     return {str(a.get_gid()).split(":", 1)[1]: a for a in artists if str(a.get_gid()).startswith(prefix + ":")}
+
+
+def legend_texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def colour_of(artist) -> str:
+    colour = artist.get_facecolor()[0] if isinstance(artist, PolyCollection) else artist.get_color()
+    return to_hex(colour, keep_alpha=False)
 
 
 def test_three_run_ablation_has_one_series_per_run_with_its_label(tables):
@@ -39,7 +57,11 @@ def test_three_run_ablation_has_one_series_per_run_with_its_label(tables):
     assert sorted(by_gid(entropy, "sample_entropy")) == runs and sorted(by_gid(entropy, "train_entropy")) == runs
     assert all(isinstance(band, PolyCollection) for band in by_gid(reward, "band").values())
     # The run legend: dim_runs labels in run_id order, the run id where the label is missing.
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Long run", "Mid run", "r_short"]
+    assert legend_texts(fig) == ["Long run", "Mid run", "r_short"]
+    # One colour per run, the palette's first three, the same on every panel.
+    for run, colour in zip(runs, PALETTE[:3], strict=True):
+        artists = [by_gid(reward, p)[run] for p in ("ema", "raw", "band")] + [by_gid(zero, "zero_std")[run]]
+        assert {colour_of(a) for a in artists} == {colour.lower()}
     # One raw point per loaded epoch.
     assert [len(by_gid(reward, "raw")[r].get_xdata()) for r in runs] == [10, 6, 2]
     assert list(by_gid(reward, "ema")["r_mid"].get_ydata()) == pytest.approx([0.2 + 0.05 * i for i in range(6)])
@@ -71,8 +93,32 @@ def test_names_no_font_draws_are_shown_escaped_and_drawn_without_warnings(tables
         fig = ablation_figure("abl\n2", runs, tables["epochs"], tables["summary"])
         figure_files("abl\n2", fig)
     assert [str(w.message) for w in caught] == []
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["訓練\\x07", "tab\\there", "訓練\\x07"]
+    assert legend_texts(fig) == ["訓練\\x07", "tab\\there", "訓練\\x07"]
     assert fig.get_suptitle().startswith("Ablation “abl\\n2”")
+
+
+HOSTILE = r"run_$x_{1}$ \alpha <b>&amp; {a}</b>"
+
+
+def test_names_are_text_never_markup_in_the_png_and_a_well_formed_svg(tables):
+    # Dollar signs, backslashes, braces and angle brackets are shown as written (never mathtext), and the SVG, parsed
+    # as XML, holds them literally; a run id with a control character is a valid SVG id.
+    runs = tables["runs"].with_columns(
+        run_id=pl.col("run_id").replace("r_short", "r\x01<short>"),
+        label=pl.when(pl.col("run_id") == "r_mid").then(pl.lit(HOSTILE)).otherwise(pl.col("label")),
+        ablation=pl.col("ablation").replace("abl", "$a$_<&>"),
+    )
+    epochs = tables["epochs"].with_columns(run_id=pl.col("run_id").replace("r_short", "r\x01<short>"))
+    summary = tables["summary"].with_columns(run_id=pl.col("run_id").replace("r_short", "r\x01<short>"))
+    fig = ablation_figure("$a$_<&>", runs, epochs, summary)
+    assert HOSTILE in legend_texts(fig) and "r\\x01<short>" in legend_texts(fig)
+    assert all(not text.get_parse_math() for text in fig.legends[0].get_texts())
+    files = figure_files("$a$_<&>", fig)
+    svg = ET.fromstring(files[f"{file_stem('$a$_<&>')}.svg"])
+    words = {"".join(el.itertext()) for el in svg.iter(f"{SVG}text")}
+    assert HOSTILE in words and "Ablation “$a$_<&>”: 3 runs, compute-matched at epoch 1" in words
+    assert "ema:r\\x01<short>" in {el.get("id") for el in svg.iter(f"{SVG}g")}
+    assert Image.open(io.BytesIO(files[f"{file_stem('$a$_<&>')}.png"])).format == "PNG"
 
 
 def test_the_matched_horizon_is_marked_in_every_panel(tables):
@@ -96,7 +142,7 @@ def test_titles_and_axis_labels_are_set(tables):
 
 def test_a_single_run_ablation_renders(tables):
     fig = ablation_figure("other", tables["runs"], tables["epochs"], tables["summary"])
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Solo run"]
+    assert legend_texts(fig) == ["Solo run"]
     assert sorted(by_gid(fig.axes[0], "ema")) == ["solo"]
     files = figure_files("other", fig)
     assert sorted(files) == ["other.png", "other.svg"]
@@ -104,101 +150,31 @@ def test_a_single_run_ablation_renders(tables):
 
 
 def test_the_png_and_preview_are_matplotlibs_own_drawing_of_the_figure(tables):
-    # matplotlib's own Agg canvas and PNG writer are the reference: the same pixels, whatever route the files take,
-    # also for figures whose texts were drawn before at the same place (the second "abl") or elsewhere ("other").
-    import io
-
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from PIL import Image
-
-    for ablation in ["abl", "other", "abl"]:
-        fig = ablation_figure(ablation, tables["runs"], tables["epochs"], tables["summary"])
-        FigureCanvasAgg(fig)
-        reference = io.BytesIO()
-        fig.savefig(reference, format="png", dpi=150, facecolor="white")
-        expected = np.asarray(Image.open(reference).convert("RGB"))
-        files, preview = draw(
-            FigureJob(ablation, (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, True)
-        )
-        png = Image.open(io.BytesIO(files[f"{ablation}.png"]))
-        assert png.mode == "RGB" and png.size == (2100, 1080)  # 14 x 7.2 inches at 150 dpi
-        assert png.info["dpi"] == pytest.approx((150, 150), abs=0.02)  # 5906 pixels a metre
-        assert np.array_equal(np.asarray(png), expected), ablation
-        assert Image.open(io.BytesIO(preview)).size == (840, 432)  # shrunk to 40%
+    # matplotlib's savefig of the figure is the reference: the same pixels, at 150 dpi, the preview 40% of them.
+    drawing = draw(FigureJob("abl", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, True))
+    files, preview = drawing.files, drawing.preview
+    fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+    reference = io.BytesIO()
+    fig.savefig(reference, format="png", dpi=150, facecolor="white")
+    png = Image.open(io.BytesIO(files["abl.png"]))
+    assert png.size == (round(fig.get_figwidth() * 150), round(fig.get_figheight() * 150))
+    assert png.info["dpi"] == pytest.approx((150, 150), abs=0.02)
+    assert np.array_equal(np.asarray(png.convert("RGB")), np.asarray(Image.open(reference).convert("RGB")))
+    assert Image.open(io.BytesIO(preview)).size == (round(png.width * 0.4), round(png.height * 0.4))
+    assert "Software" not in png.info  # no tool version in the file: its bytes follow the drawing only
 
 
-def test_the_svg_is_matplotlibs_own_svg_of_the_figure(tables):
-    # matplotlib's stock SVG canvas is the reference, byte for byte, also for texts measured before by another SVG
-    # (the second "abl") and for the runs' per-epoch marks.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    for ablation in ["abl", "other", "abl"]:
-        fig = ablation_figure(ablation, tables["runs"], tables["epochs"], tables["summary"])
-        ours = render(fig, "svg")
-        FigureCanvasAgg(fig)  # savefig then draws the SVG on matplotlib's FigureCanvasSVG
-        assert ours == render(fig, "svg"), ablation
-        assert ours.count(b"<use ") >= len(tables["epochs"].filter(pl.col("run_id").is_in(by_gid(fig.axes[0], "raw"))))
+def _draw_in_a_new_process(job: FigureJob):
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(draw, job).result()
 
 
-def test_a_text_met_before_in_another_size_colour_or_angle_is_drawn_and_measured_in_its_own():
-    # The same words at the same place, drawn again larger, in another colour, turned: the PNG's pixels and the
-    # SVG's bytes are those of matplotlib's stock canvases, which remember nothing from one figure to the next.
-    import io
-
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from pipelines.exports.figure_canvas import ReplayingCanvas
-
-    def drawn(canvas_class, size, colour, angle):
-        fig = Figure(figsize=(3, 2), dpi=100)
-        canvas_class(fig)
-        fig.text(0.2, 0.5, "same words", size=size, color=colour, rotation=angle, rotation_mode="anchor")
-        svg = io.BytesIO()
-        fig.savefig(svg, format="svg", metadata={"Date": None})
-        fig.canvas.draw()
-        return np.asarray(fig.canvas.buffer_rgba()).copy(), svg.getvalue()
-
-    for look in [(10, "black", 0), (10, "red", 0), (16, "red", 0), (16, "red", 30)]:
-        ours, stock = drawn(ReplayingCanvas, *look), drawn(FigureCanvasAgg, *look)
-        assert np.array_equal(ours[0], stock[0]), look
-        assert ours[1] == stock[1], look
-
-
-def test_a_matplotlib_without_the_private_pieces_gets_its_stock_canvas_and_the_same_files(tables, monkeypatch):
-    # The canvas builds on private helpers of matplotlib's; where a matplotlib lacks them, figures are drawn on its
-    # stock Agg canvas, into the same files.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from pipelines.exports import figure, figure_canvas
-
-    job = FigureJob("abl", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, True)
-    monkeypatch.setattr(figure._last_figure, "figure", None, raising=False)
-    ours = draw(job)
-    monkeypatch.setattr(figure_canvas, "BUILDS_ON_PRIVATE", False)
-    monkeypatch.setattr(figure._last_figure, "figure", None)
-    assert figure_canvas.canvas_class() is FigureCanvasAgg
-    assert draw(job) == ours
-    assert type(figure._last_figure.figure.canvas) is FigureCanvasAgg
-
-
-def test_drawing_leaves_the_garbage_collector_as_it_found_it(tables):
-    # A figure sets the objects alive before it aside from the collector (gc.freeze) while it is drawn only: none stays
-    # set aside after, and objects a process set aside itself stay so.
-    import gc
-
-    job = FigureJob("other", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, False)
-    assert gc.get_freeze_count() == 0
-    draw(job)
-    assert gc.get_freeze_count() == 0
-    gc.freeze()
-    try:
-        draw(job)
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
+def test_the_same_figure_drawn_in_two_processes_has_the_same_bytes(tables):
+    job = FigureJob("abl", (tables["runs"], tables["epochs"], tables["summary"]), Smoothing(), 50, False)
+    first, second = _draw_in_a_new_process(job), _draw_in_a_new_process(job)
+    assert first.failure is None and sorted(first.files) == ["abl.png", "abl.svg"]
+    assert first.files == second.files == draw(job).files
+    assert b"<dc:date>" not in first.files["abl.svg"]
 
 
 def test_a_run_with_one_epoch_and_runs_without_epochs_still_render(tables):
@@ -219,6 +195,43 @@ def test_non_finite_rewards_leave_gaps_not_errors(tables):
     fig = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
     assert math.isnan(by_gid(fig.axes[0], "ema")["r_long"].get_ydata()[3])
     render(fig, "png")
+
+
+def _degenerate(tables, case: str) -> pl.DataFrame:
+    epochs = tables["epochs"]
+    numbers = ["mean_reward", "reward_ema", "frac_zero_std_groups", "sample_entropy", "train_entropy"]
+    if case == "nan":
+        return epochs.with_columns(pl.lit(float("nan")).alias(c) for c in numbers)
+    if case == "inf":
+        return epochs.with_columns(pl.lit(float("inf")).alias(c) for c in numbers[:2]).with_columns(
+            sample_entropy=pl.lit(-float("inf"))
+        )
+    if case == "constant":
+        return epochs.with_columns(pl.lit(0.5).alias(c) for c in numbers)
+    if case == "huge":
+        return epochs.with_columns(mean_reward=pl.lit(1e308), reward_ema=pl.lit(-1e308))
+    return epochs.filter(pl.col("epoch") == 0)  # one epoch each
+
+
+@pytest.mark.parametrize("case", ["nan", "inf", "constant", "huge", "one epoch"])
+def test_degenerate_curves_are_drawn(tables, case):
+    summary = tables["summary"].with_columns(matched_reward=pl.lit(float("nan")) if case == "nan" else None)
+    job = FigureJob("abl", (tables["runs"], _degenerate(tables, case), summary), Smoothing(), 50, True)
+    drawing = draw(job)
+    assert drawing.failure is None
+    if case == "huge":  # 10 rewards and 10 EMAs of r_long, 6 and 6 of r_mid, 2 and 2 of r_short
+        assert "36 values beyond ±1e+100 not drawn" in "".join(
+            t.get_text() for t in ablation_figure("abl", *job.rows).axes[0].texts
+        )
+    assert Image.open(io.BytesIO(drawing.files["abl.png"])).format == "PNG"
+    ET.fromstring(drawing.files["abl.svg"])
+
+
+def test_a_figure_that_cannot_be_drawn_is_one_line_of_why_and_no_files(tables):
+    rows = (tables["runs"], tables["epochs"].drop("sample_entropy"), tables["summary"])
+    drawing = draw(FigureJob("abl", rows, Smoothing(), 50, True))
+    assert drawing.files == {} and drawing.preview is None
+    assert drawing.failure.startswith("ColumnNotFoundError: ") and "\n" not in drawing.failure
 
 
 def test_renders_are_byte_stable_and_the_paper_name_is_added(tables):
@@ -262,6 +275,8 @@ def test_band_is_the_ema_noise_of_the_trailing_spread(level, z):
         mean = sum(window) / len(window)
         spread = math.sqrt(sum((v - mean) ** 2 for v in window) / (len(window) - 1))
         assert half[row] == pytest.approx(z * spread * math.sqrt(sum(x * x for x in weights)), rel=1e-6)
+    # a window of one epoch has no spread: no band
+    assert with_bands(frame, Smoothing(window=1))["band_half_width"].to_list() == [None] * 4
 
 
 def test_side_panels_draw_trailing_means_over_the_window_of_each_run():
@@ -292,8 +307,8 @@ def test_side_panels_draw_trailing_means_over_the_window_of_each_run():
     assert "trailing 3-epoch mean" in zero.get_title(loc="left")
 
 
-def test_figures_drawn_with_helper_processes_are_those_drawn_here_in_the_same_order(tables):
-    # Enough figures for a helper process; each differs (its own smoothing), so a mix-up of order shows.
+def test_figures_drawn_in_a_pool_of_processes_are_those_drawn_here_in_the_same_order(tables):
+    # Enough figures for two processes; each differs (its own smoothing), so a mix-up of order shows.
     jobs = [
         FigureJob(
             ablation,
@@ -302,20 +317,18 @@ def test_figures_drawn_with_helper_processes_are_those_drawn_here_in_the_same_or
             final_window=2,
             preview=i == 0,
         )
-        for i, ablation in enumerate(["abl", "other"] * (JOBS_PER_HELPER // 2))
+        for i, ablation in enumerate(["abl", "other"] * FIGURES_PER_PROCESS)
     ]
     drawn = draw_figures(jobs, workers=2)
     assert drawn == [draw(job) for job in jobs]
-    assert len({files[f"{job.ablation}.png"] for (files, _), job in zip(drawn, jobs, strict=True)}) == len(jobs)
-    assert drawn[0][1].startswith(b"\xff\xd8") and all(preview is None for _, preview in drawn[1:])  # a JPEG
+    assert len({d.files[f"{job.ablation}.png"] for d, job in zip(drawn, jobs, strict=True)}) == len(jobs)
+    assert drawn[0].preview.startswith(b"\xff\xd8") and all(d.preview is None for d in drawn[1:])  # a JPEG
 
 
 def test_the_svg_writes_its_text_as_text_in_a_sans_serif_fallback_list(tables):
-    import xml.etree.ElementTree as ET
-
     fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
     svg = ET.fromstring(render(fig, "svg"))
-    texts = [el for el in svg.iter("{http://www.w3.org/2000/svg}text")]
+    texts = list(svg.iter(f"{SVG}text"))
     words = {"".join(el.itertext()) for el in texts}
     # The suptitle, an axis label, a run's legend entry, a key's entry, the horizon label's first line, a tick label.
     for expected in (
@@ -327,9 +340,7 @@ def test_the_svg_writes_its_text_as_text_in_a_sans_serif_fallback_list(tables):
         "0.4",
     ):
         assert expected in words
-    assert not list(svg.iter("{http://www.w3.org/2000/svg}path")) or all(
-        not str(el.get("id", "")).startswith("DejaVu") for el in svg.iter("{http://www.w3.org/2000/svg}path")
-    )  # no glyph outlines
+    assert not any(str(el.get("id", "")).startswith("DejaVu") for el in svg.iter(f"{SVG}path"))  # no glyph outlines
     families = {el.get("style").split("font-family: ")[1].split(";")[0] for el in texts}
     assert len(families) == 1
     family = families.pop().split(", ")
@@ -348,45 +359,3 @@ def test_the_keys_stay_where_matplotlibs_best_places_them(tables):
         if ax_searched.get_legend() is not None:
             box_pinned, box_searched = (ax.get_legend().get_window_extent() for ax in (ax_pinned, ax_searched))
             assert box_pinned.bounds == pytest.approx(box_searched.bounds, abs=1e-6)
-
-
-def test_a_title_lifted_over_an_offset_text_stays_lifted_in_the_svg(tables):
-    # Entropies of 1000 ± 0.0005 get an offset text (+1e3) over their axis, which the entropy title must clear; an
-    # SVG drawn after the PNG (titles kept in place) is the same as one drawn alone (titles placed by matplotlib).
-    epochs = tables["epochs"].with_columns(
-        sample_entropy=1000 + pl.col("sample_entropy") / 1000, train_entropy=1000 + pl.col("train_entropy") / 1000
-    )
-    alone = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
-    after_png = ablation_figure("abl", tables["runs"], epochs, tables["summary"])
-    render(after_png, "png")
-    assert alone.axes[2].yaxis.get_offset_text().get_text() == ""  # not drawn yet
-    assert after_png.axes[2].yaxis.get_offset_text().get_text() != ""
-    [title] = [
-        t for t in after_png.axes[2].get_children() if isinstance(t, Text) and t.get_text().startswith("Entropy")
-    ]
-    assert title.get_position()[1] > 1  # lifted
-    assert render(after_png, "svg") == render(alone, "svg")
-
-
-def test_a_figure_drawn_on_a_reused_one_is_the_figure_drawn_new(tables):
-    # Ablations of other shapes one after another on one figure (3 runs, 1 run, no epochs, a title lifted over an
-    # offset text, another smoothing window): each one's files are those of a new figure, byte for byte.
-    lifted = tables["epochs"].with_columns(
-        sample_entropy=1000 + pl.col("sample_entropy") / 1000, train_entropy=1000 + pl.col("train_entropy") / 1000
-    )
-    cases = [
-        ("abl", tables["epochs"], Smoothing()),
-        ("other", tables["epochs"], Smoothing(window=3)),
-        ("abl", tables["epochs"].clear(), Smoothing()),
-        ("abl", lifted, Smoothing()),
-        ("other", lifted, Smoothing()),
-        ("abl", tables["epochs"], Smoothing()),
-    ]
-    new, reused, fig = [], [], None
-    for ablation, epochs, smoothing in cases:
-        rows = (tables["runs"], epochs, tables["summary"])
-        new.append(figure_files(ablation, ablation_figure(ablation, *rows, smoothing)))
-        fig = ablation_figure(ablation, *rows, smoothing, reuse=fig)
-        reused.append(figure_files(ablation, fig))
-    for index, (files_new, files_reused) in enumerate(zip(new, reused, strict=True)):
-        assert files_reused == files_new, cases[index][0]

@@ -17,6 +17,8 @@ from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports import escape as escape_module
 from pipelines.exports import explorer as explorer_module
 from pipelines.exports import figure as figure_module
+from pipelines.exports import figure_panels as figure_panels_module
+from pipelines.exports import figure_series as figure_series_module
 from pipelines.exports import files as files_module
 from pipelines.exports import report as report_module
 from pipelines.exports import state as state_module
@@ -30,7 +32,14 @@ from pipelines.exports.explorer import (
     library_versions,
     vega_bundle,
 )
-from pipelines.exports.figure import NEEDED_EPOCH_COLUMNS, FigureJob, Smoothing, ablation_inputs, draw_figures
+from pipelines.exports.figure import (
+    NEEDED_EPOCH_COLUMNS,
+    Drawing,
+    FigureJob,
+    Smoothing,
+    ablation_inputs,
+    draw_figures,
+)
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import (
     ReportSettings,
@@ -55,6 +64,7 @@ EXPORTED_TABLES = {
     "epoch_metrics": "run_id, epoch",
 }
 RUNS_SQL = "select run_id, ablation, label, arm from dim_runs order by run_id"
+FIGURE_RUNS_SQL = "select run_id, ablation, label, arm, reward_family from dim_runs order by run_id"
 EPOCHS_SQL = """
 select m.run_id, m.epoch, m.mean_reward, m.reward_ema, m.frac_zero_std_groups, e.sample_entropy, e.train_entropy
 from epoch_metrics as m
@@ -95,7 +105,16 @@ def _code_version() -> str:
     """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
     libraries = f"matplotlib {version('matplotlib')} polars {pl.__version__} {library_versions()}"
     digest = hashlib.sha256(libraries.encode())
-    modules = (figure_module, files_module, report_module, escape_module, state_module, explorer_module)
+    modules = (
+        figure_module,
+        figure_panels_module,
+        figure_series_module,
+        files_module,
+        report_module,
+        escape_module,
+        state_module,
+        explorer_module,
+    )
     for module in (*modules, sys.modules[__name__]):
         digest.update(Path(module.__file__).read_bytes())
     for asset in sorted(explorer_module.ASSETS.iterdir()):
@@ -201,12 +220,13 @@ def figure_digests(tables: dict[str, pl.DataFrame], params: dict) -> dict[str | 
     return digests_by_ablation(runs, frames, params)
 
 
-def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: int) -> dict:
+def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: int, failures: dict[str, str]) -> dict:
     return {
         "preview": dg.MetadataValue.md(previews),
         "folder": dg.MetadataValue.path(str(folder)),
         "files": dg.MetadataValue.json(sorted(files)),
         "grpo/rewritten": rewritten,
+        "not_drawn": dg.MetadataValue.json(failures),
     }
 
 
@@ -218,7 +238,7 @@ def kept_drawing(folder: Path, last: dict, digest: str, shown: bool) -> dict[str
     """The sizes and hashes of an ablation's files as last drawn ({"files": ..., "hashes": ...}), if they were drawn
     from this digest (with a preview when one is shown) and are all still there at their size; None: draw it."""
     sizes, hashes = last.get("files"), last.get("hashes")
-    if last.get("digest") != digest or (shown and not last.get("preview")):
+    if last.get("digest") != digest or last.get("failed") or (shown and not last.get("preview")):
         return None
     if not isinstance(sizes, dict) or not isinstance(hashes, dict) or sizes.keys() != hashes.keys():
         return None
@@ -248,28 +268,46 @@ def plan_figures(
 
 
 def collect_figures(
-    plans: list[FigurePlan], drawings: list
+    plans: list[FigurePlan], drawings: list[Drawing]
 ) -> tuple[dict[str, bytes], dict[str, str], list[str], dict[str, dict]]:
     """The figure files drawn now, every figure file's hash (those kept included), the UI previews and the
-    per-ablation record, from the kept files and the new drawings."""
+    per-ablation record, from the kept files and the new drawings. An ablation whose figure failed has no files and
+    its record says why (`failed`): the next build draws it again."""
     drawn_in_order = iter(drawings)
     drawn_files: dict[str, bytes] = {}
     hashes: dict[str, str] = {}
     previews: list[str] = []
     ablations: dict[str, dict] = {}
     for index, (key, digest, kept, preview) in enumerate(plans):
+        failure = None
         if kept is None:
-            drawn, image = next(drawn_in_order)
-            drawn_files.update(drawn)
-            kept = {"files": {name: len(content) for name, content in drawn.items()}, "hashes": file_hashes(drawn)}
-            if image is not None:
+            drawing = next(drawn_in_order)
+            drawn_files.update(drawing.files)
+            kept = {
+                "files": {name: len(data) for name, data in drawing.files.items()},
+                "hashes": file_hashes(drawing.files),
+            }
+            failure = drawing.failure
+            if drawing.preview is not None:
                 name = md_text(json.loads(key) or "unassigned")
-                preview = f"**{name}**\n\n![{name}](data:image/jpeg;base64,{base64.b64encode(image).decode()})"
+                preview = (
+                    f"**{name}**\n\n![{name}](data:image/jpeg;base64,{base64.b64encode(drawing.preview).decode()})"
+                )
         hashes.update(kept["hashes"])
-        if index < PREVIEWS_SHOWN:
+        if index < PREVIEWS_SHOWN and preview is not None:
             previews.append(preview)
-        ablations[key] = {"digest": digest, **kept, "preview": preview}
+        ablations[key] = {"digest": digest, **kept, "preview": preview, **({"failed": failure} if failure else {})}
     return drawn_files, hashes, previews, ablations
+
+
+def figure_failures(ablations: dict[str, dict]) -> dict[str, str]:
+    """Per ablation (its name) whose figure could not be drawn, why: one line."""
+    return {json.loads(key): entry["failed"] for key, entry in ablations.items() if entry.get("failed")}
+
+
+def report_failures(context: dg.AssetExecutionContext, failures: dict[str, str]) -> None:
+    for ablation, cause in failures.items():
+        context.log.warning(f"the figure of ablation {ablation!r} was not drawn: {cause}")
 
 
 @dg.asset(
@@ -289,20 +327,16 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     entry = kept_entry(
         exports, ablation_figures.key.to_user_string(), inputs_fingerprint(warehouse, FIGURE_INPUTS, params)
     )
-    if entry:
+    # Kept whole only when every figure was drawn: one that failed is tried again, and reported again if it fails.
+    if entry and not figure_failures(entry["metadata"].get("ablations", {})):
         # Not the preview again (up to a few hundred kB of images): every materialization's metadata is stored.
         meta = entry["metadata"]
         drawn = f"run `{meta['drawn_in_run'][:8]}`" if meta.get("drawn_in_run") else "an earlier materialization"
-        return kept_result(
-            context,
-            entry,
-            figures_metadata(
-                folder, meta["files"], f"Figures unchanged since {drawn}, whose materialization shows them.", 0
-            ),
-        )
+        previews = f"Figures unchanged since {drawn}, whose materialization shows them."
+        return kept_result(context, entry, figures_metadata(folder, meta["files"], previews, 0, {}))
     tables, inputs = read_tables(
         warehouse,
-        {"runs": RUNS_SQL, "epochs": EPOCHS_SQL, "summary": "select * from run_summary order by run_id"},
+        {"runs": FIGURE_RUNS_SQL, "epochs": EPOCHS_SQL, "summary": "select * from run_summary order by run_id"},
         FIGURE_INPUTS,
     )
     before = recorded_metadata(exports, ablation_figures.key.to_user_string()).get("ablations", {})
@@ -318,10 +352,12 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     stale = [p for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in files]
     for path in stale:
         path.unlink()
+    failures = figure_failures(ablations)
     context.log.info(
-        f"{len(ablations)} ablation(s), {len(jobs)} drawn, the others' unchanged; {len(files)} figure "
-        f"file(s), {len(written)} rewritten, {len(stale)} stale removed"
+        f"{len(ablations)} ablation(s), {len(jobs) - len(failures)} drawn, {len(failures)} not drawn, the others' "
+        f"unchanged; {len(files)} figure file(s), {len(written)} rewritten, {len(stale)} stale removed"
     )
+    report_failures(context, failures)
     preview = "\n\n".join(previews) or "no ablations"
     version = content_version(files)
     record(
@@ -333,7 +369,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run.run_id},
     )
     return dg.MaterializeResult(
-        metadata=figures_metadata(folder, list(files), preview, len(written)), data_version=version
+        metadata=figures_metadata(folder, list(files), preview, len(written), failures), data_version=version
     )
 
 
