@@ -245,13 +245,13 @@ def step_figures(warehouse: str) -> dict:
     its turn."""
     import duckdb
 
-    from pipelines.defs.exports.assets import EPOCHS_SQL, RUNS_SQL
+    from pipelines.defs.exports.assets import EPOCHS_SQL, FIGURE_RUNS_SQL
     from pipelines.exports.figure import FigureJob, Smoothing, ablation_inputs, draw
     from pipelines.exports.report import ordered_ablations
     from pipelines.settings import published_path
 
     with duckdb.connect(str(published_path(Path(warehouse))), read_only=True) as con:
-        runs, epochs = con.sql(RUNS_SQL).pl(), con.sql(EPOCHS_SQL).pl()
+        runs, epochs = con.sql(FIGURE_RUNS_SQL).pl(), con.sql(EPOCHS_SQL).pl()
         summary = con.sql("select * from run_summary order by run_id").pl()
     jobs = [
         FigureJob(ablation, ablation_inputs(ablation, runs, epochs, summary), Smoothing(), 50, preview=True)

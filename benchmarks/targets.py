@@ -18,7 +18,6 @@ TARGET_BUILD_ONE_FILE_SHARE = 0.05  # the whole build after one new epoch file a
 TARGET_BUILD_VS_JSON = 10.0  # fresh whole build within 10x of a 1-process json.loads read-and-decode, at 10x
 TARGET_BUILD_VS_INGEST = 3.0  # fresh whole build within 3x of the ingest alone, at 100x
 TARGET_INGEST_IN_BUILD = 1.25  # the build's ingest steps within 1.25x of the ingest alone, at 10x and 100x
-TARGET_FIGURE_CPU = 0.3  # CPU seconds of one ablation's figure files (median over the ablations)
 TARGET_BOOTSTRAP_SHARE = 0.10  # bootstrap_means' share of a fresh whole build
 TARGET_QUERY_SECONDS = 0.3  # `grpo-warehouse sql "select 1"`, process wall, start-up included
 BOOTSTRAP_STEPS = ("bootstrap_means",)  # the steps that resample (ablation_contrasts reads their means)
@@ -226,16 +225,6 @@ def build_targets(label: str, scale: int | None, summary: dict, add) -> None:
         summary["bootstrap_share"] <= TARGET_BOOTSTRAP_SHARE,
         "%",
     )
-    if "figure_cpu_median" in summary:
-        # The median: the set-up a worker pays once is measured apart (step_figures).
-        add(
-            label,
-            "figure files of one ablation (cpu, median)",
-            summary["figure_cpu_median"],
-            f"<= {TARGET_FIGURE_CPU:g}",
-            summary["figure_cpu_median"] <= TARGET_FIGURE_CPU,
-            "s",
-        )
     if "query_seconds" in summary:
         add(
             label,

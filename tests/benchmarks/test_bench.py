@@ -206,7 +206,7 @@ def test_the_whole_build_is_judged_against_its_references_and_its_parts():
     assert verdicts[("scale 100x", f"{one_file} (cpu)")] is False  # exactly 5%
     assert ("scale 10x", f"{one_file} (cpu)") not in verdicts  # judged at 100x
     assert verdicts[("scale 10x", "bootstrap_means / fresh whole build")] is True
-    assert verdicts[("scale 10x", "figure files of one ablation (cpu, median)")] is False  # 0.35 s
+    assert not [target for _, target in verdicts if "figure" in target]  # measured and reported, no bar to hold
     assert verdicts[("scale 10x", 'grpo-warehouse sql "select 1" (process wall, median)')] is True
 
 
