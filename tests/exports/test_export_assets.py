@@ -102,7 +102,7 @@ def test_export_assets_sit_downstream_of_the_models_they_read():
         for key in ("ablation_figures", "table_exports", "report")
     }
     assert parents["ablation_figures"] >= {"epoch_metrics", "run_summary", "dim_runs", "fact_epochs"}
-    assert parents["table_exports"] == {"run_summary", "ablation_contrasts", "snapshots", "epoch_metrics"}
+    assert parents["table_exports"] == {"run_summary", "ablation_contrasts", "snapshots", "epoch_metrics", "dim_runs"}
     assert parents["report"] >= {"run_summary", "ablation_contrasts", "snapshots", "dim_runs", "ablation_figures"}
     for key in parents:
         assert graph.get(dg.AssetKey(key)).group_name == "exports"
