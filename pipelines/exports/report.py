@@ -10,11 +10,12 @@ import polars as pl
 
 from pipelines.exports.escape import md_code, md_text, shell_json_string, visible
 from pipelines.exports.figure import file_stem
+from pipelines.exports.run_notes import collapse_note, problem_rows
 
 MISSING = "–"
 BETA_HEADER = "finetuning-2025-09-03"
 API_URL = "https://api.anthropic.com/v1/messages"
-SNAPSHOT_ROLES = ("matched", "best")
+SNAPSHOT_ROLES = ("matched", "best", "final")
 
 
 @dataclass(frozen=True)
@@ -388,6 +389,8 @@ class SectionParts:
     runs: str
     contrasts: str | None
     snapshots: str | None
+    collapse: str | None = None  # the runs that collapsed after a peak
+    problems: str | None = None  # the runs with files not loaded
 
 
 def section_parts(
@@ -397,8 +400,9 @@ def section_parts(
     contrasts: pl.DataFrame,
     snapshots: pl.DataFrame,
     settings: ReportSettings,
+    problems: pl.DataFrame | None = None,
 ) -> SectionParts:
-    """The parts of one ablation's section, from the whole tables."""
+    """The parts of one ablation's section, from the whole tables (problems: run_notes.PROBLEMS_SQL's rows)."""
     members = _of_ablation(runs, "ablation", ablation).sort("run_id")
     ids = members["run_id"].to_list()
     summary = summary.filter(pl.col("run_id").is_in(ids))
@@ -412,13 +416,22 @@ def section_parts(
         runs=runs_table(members, summary, settings),
         contrasts=contrasts_table(contrasts, settings) if contrasts.height else None,
         snapshots=snapshots_table(summary, snapshots) if snapshots.height else None,
+        collapse=collapse_note(summary),
+        problems=_problems_part(problems.filter(pl.col("run_id").is_in(ids)) if problems is not None else None),
     )
+
+
+def _problems_part(problems: pl.DataFrame | None) -> str | None:
+    made = problem_rows(problems) if problems is not None else None
+    return None if made is None else f"{made[0]}\n\n{table(made[1], made[2])}"
 
 
 def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSettings, full: bool = True) -> list[str]:
     """The report's lines for one ablation; `full=False` leaves out the figure and the snapshots (for the UI)."""
     name = ablation or "unassigned"
     lines = ["", f"## Ablation {md_code(name)}", "", parts.lead]
+    if parts.collapse:
+        lines += ["", parts.collapse]
     if full:
         lines += _figure_lines(ablation, settings)
     lines += [
@@ -433,6 +446,8 @@ def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSet
         "",
         parts.runs,
     ]
+    if parts.problems:
+        lines += ["", "### Files not loaded", "", parts.problems]
     if parts.contrasts is not None:
         lines += [
             "",
@@ -450,7 +465,8 @@ def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSet
             "",
             "### Snapshots",
             "",
-            "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA.",
+            "*matched*: the last loaded epoch at or before the horizon; *best*: the epoch of the peak EMA; *final*: "
+            "the last loaded epoch.",
             "",
             parts.snapshots,
         ]
@@ -501,10 +517,11 @@ def render_report(
     contrasts: pl.DataFrame,
     snapshots: pl.DataFrame,
     settings: ReportSettings = ReportSettings(),
+    problems: pl.DataFrame | None = None,
 ) -> str:
     """The whole report.md, one section per ablation of dim_runs; no timestamps, so unchanged tables give the same
-    bytes."""
-    return render_report_and_headlines(runs, summary, contrasts, snapshots, settings)[0]
+    bytes. problems: the runs with files not loaded (run_notes.PROBLEMS_SQL)."""
+    return render_report_and_headlines(runs, summary, contrasts, snapshots, settings, problems=problems)[0]
 
 
 def render_report_and_headlines(
@@ -514,12 +531,13 @@ def render_report_and_headlines(
     snapshots: pl.DataFrame,
     settings: ReportSettings = ReportSettings(),
     parts: dict[str | None, SectionParts] | None = None,
+    problems: pl.DataFrame | None = None,
 ) -> tuple[str, str]:
     """report.md (render_report) and the UI's headlines (render_headlines), each ablation's parts made once for
     both; parts: every ablation's (section_parts of these tables) when already made."""
     ablations = ordered_ablations(runs)
     if parts is None:
-        parts = {a: section_parts(a, runs, summary, contrasts, snapshots, settings) for a in ablations}
+        parts = {a: section_parts(a, runs, summary, contrasts, snapshots, settings, problems) for a in ablations}
     lines = [
         "# GRPO ablation report",
         "",

@@ -62,6 +62,13 @@ def test_tiny_hand_written_releases_side_by_side(tmp_path, write_epoch, build, q
         "alpha_2fp/epoch_001/results.json": "loaded",
         "alpha_2fp/epoch_002_results.json": "quarantined",
     }
+    # the report lists it under its run's ablation, with where to look
+    report = (wh / "exports" / "report.md").read_text()
+    section = report[report.index("## Ablation `rel_a`") : report.index("## Ablation `rel_b`")]
+    assert (
+        "| `alpha_2fp` | 1 | 1 | `alpha_2fp/epoch_002_results.json` (truncated\\_json) |"
+        in section[section.index("### Files not loaded") :]
+    )
 
 
 def test_sample_release_epoch_counts_match_the_seed(sample_warehouse, query):

@@ -121,7 +121,7 @@ def test_snapshots_and_how_to_call_them(report, tables):
     rows = markdown_table(section(section(report, "## Ablation `abl`"), "### Snapshots"))
     got = {(r["run"].strip("`"), r["role"]): (int(r["epoch"]), r["model name"].strip("`")) for r in rows}
     chosen = tables["snapshots"].filter(
-        pl.col("role").is_in(["matched", "best"]) & pl.col("run_id").is_in(["r_long", "r_mid", "r_short"])
+        pl.col("role").is_in(["matched", "best", "final"]) & pl.col("run_id").is_in(["r_long", "r_mid", "r_short"])
     )
     assert got == {(r["run_id"], r["role"]): (r["epoch"], r["model_name"]) for r in chosen.iter_rows(named=True)}
     call = section(report, "## Calling a snapshot")
@@ -303,3 +303,60 @@ def test_hostile_names_are_text_in_the_rendered_report(tables):
     python = section(text, "## Calling a snapshot").split("```python\n")[1].split("```")[0]
     call = next(n for n in ast.walk(ast.parse(python)) if isinstance(n, ast.Call) and n.keywords)
     assert ast.literal_eval(next(k.value for k in call.keywords if k.arg == "model")) == model
+
+
+def test_a_collapse_after_a_peak_is_flagged_by_the_documented_rule(tables):
+    # peak 0.80; collapse needs a drop above 25% of it (0.20) and above the matched interval's half-width
+    summary = tables["summary"].with_columns(
+        peak_reward_ema=pl.Series([0.80, 0.80, 0.80, 0.80]),
+        final_reward_ema=pl.Series([0.30, 0.61, 0.59, 0.30]),
+        matched_ci_low=pl.Series([0.10, 0.41, None, 0.0]),
+        matched_ci_high=pl.Series([0.20, 0.59, None, 1.2]),  # solo: half-width 0.6 above its 0.5 drop
+    )
+    text = render_report(tables["runs"], summary, tables["contrasts"], tables["snapshots"])
+    abl = section(text, "## Ablation `abl`")
+    note = next(line for line in abl.splitlines() if line.startswith("**Collapse after a peak.**"))
+    assert "of 2 run(s)" in note  # r_long (drop 0.50) and r_short (0.21, no interval); not r_mid (0.19)
+    assert note.index("`r_long` peaks at 0.800 (epoch 9) and ends at 0.300 (epoch 9), 0.500 lower (62% of its peak") < (
+        note.index("`r_short` peaks at 0.800")
+    )
+    assert "`r_mid`" not in note
+    assert "Collapse" not in section(text, "## Ablation `other`")
+
+
+def test_files_not_loaded_are_listed_per_run_bounded(tables):
+    from pipelines.exports import run_notes
+
+    problems = pl.DataFrame(
+        {
+            "run_id": ["r_mid", "solo"] + [f"x{i:02d}" for i in range(30)],
+            "quarantined_files": [2, 1] + [0] * 30,
+            "unloaded_epochs": [1, 0] + [1] * 30,
+            "example_path": ["r_mid/epoch_003_results.json", "solo/epoch_1/results.json"] + ["x"] * 30,
+            "example_reason": ["truncated_json", "bad|json"] + ["missing_document"] * 30,
+        }
+    )
+    runs = pl.concat(
+        [tables["runs"], pl.DataFrame({"run_id": [f"x{i:02d}" for i in range(30)], "ablation": "many"})],
+        how="diagonal",
+    )
+    text = render_report(runs, tables["summary"], tables["contrasts"], tables["snapshots"], problems=problems)
+    rows = markdown_table(section(section(text, "## Ablation `abl`"), "### Files not loaded"))
+    assert rows == [
+        {
+            "run": "`r_mid`",
+            "quarantined files": "2",
+            "epochs not loaded": "1",
+            "for example": "`r_mid/epoch_003_results.json` (truncated\\_json)",
+        }
+    ]
+    solo = markdown_table(section(section(text, "## Ablation `other`"), "### Files not loaded"))
+    assert solo[0]["for example"] == "`solo/epoch_1/results.json` (bad&#124;json)"
+    many = section(section(text, "## Ablation `many`"), "### Files not loaded")
+    assert len(markdown_table(many)) == run_notes.PROBLEM_ROWS_AT_MOST
+    assert "Files of 30 run(s) were not loaded" in many and "10 more are in those tables" in many
+    assert "### Files not loaded" not in section(render_report(*tables_for_report(tables)), "## Ablation `abl`")
+
+
+def tables_for_report(tables):
+    return tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"]

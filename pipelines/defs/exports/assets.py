@@ -21,6 +21,7 @@ from pipelines.exports import figure_panels as figure_panels_module
 from pipelines.exports import figure_series as figure_series_module
 from pipelines.exports import files as files_module
 from pipelines.exports import report as report_module
+from pipelines.exports import run_notes
 from pipelines.exports import state as state_module
 from pipelines.exports.escape import md_text
 from pipelines.exports.explorer import (
@@ -79,7 +80,15 @@ order by m.run_id, m.epoch
 """
 # The model tables each export reads: their fingerprints (bookkeeping.model_state) key the export.
 FIGURE_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary")
-REPORT_INPUTS = ("dim_runs", "run_summary", "ablation_contrasts", "snapshots")
+REPORT_INPUTS = (
+    "dim_runs",
+    "run_summary",
+    "ablation_contrasts",
+    "snapshots",
+    "epoch_metrics",
+    "file_inventory",
+    "unloaded_epochs",
+)
 EXPLORER = "explorer"
 EXPLORER_INPUTS = (
     "dim_runs",
@@ -111,6 +120,7 @@ def _code_version() -> str:
         figure_series_module,
         files_module,
         report_module,
+        run_notes,
         escape_module,
         state_module,
         explorer_module,
@@ -434,7 +444,13 @@ def report_sections(
     otherwise. A new epoch file changes one ablation's section; making all 200 costs most of the report's time.
     The sections are kept in the exports folder, by digest."""
     runs = tables["runs"]
-    frames = [(runs, True), (tables["summary"], False), (tables["contrasts"], True), (tables["snapshots"], False)]
+    frames = [
+        (runs, True),
+        (tables["summary"], False),
+        (tables["contrasts"], True),
+        (tables["snapshots"], False),
+        (tables["problems"], False),
+    ]
     digests = digests_by_ablation(runs, frames, params)
     path = folder / SECTIONS_NAME
     try:
@@ -447,7 +463,13 @@ def report_sections(
             parts[ablation] = SectionParts(**kept[digest])
         except (KeyError, TypeError):
             parts[ablation] = section_parts(
-                ablation, runs, tables["summary"], tables["contrasts"], tables["snapshots"], settings
+                ablation,
+                runs,
+                tables["summary"],
+                tables["contrasts"],
+                tables["snapshots"],
+                settings,
+                tables["problems"],
             )
     made = {digest: dataclasses.asdict(parts[ablation]) for ablation, digest in digests.items()}
     write_if_changed(path, json.dumps(made, sort_keys=True).encode())
@@ -480,9 +502,10 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
         warehouse,
         {
             "runs": RUNS_SQL,
-            "summary": "select * from run_summary order by run_id",
+            "summary": run_notes.SUMMARY_SQL,
             "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
             "snapshots": "select * from snapshots order by run_id, role",
+            "problems": run_notes.PROBLEMS_SQL,
         },
         REPORT_INPUTS,
     )
