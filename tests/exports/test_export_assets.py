@@ -37,6 +37,13 @@ def build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         "run_summary": tables["summary"],
         "ablation_contrasts": tables["contrasts"],
         "snapshots": tables["snapshots"],
+        # every file loaded: no quarantined file, no epoch entry without a document
+        "file_inventory": pl.DataFrame(
+            schema={"run_id": pl.String, "source_path": pl.String, "status": pl.String, "reason": pl.String}
+        ),
+        "unloaded_epochs": pl.DataFrame(
+            schema={"run_id": pl.String, "epoch": pl.Int64, "reason": pl.String, "source_path": pl.String}
+        ),
     }
 
 
@@ -99,11 +106,13 @@ def test_export_assets_sit_downstream_of_the_models_they_read():
     graph = defs().resolve_asset_graph()
     parents = {
         key: {p.to_user_string() for p in graph.get(dg.AssetKey(key)).parent_keys}
-        for key in ("ablation_figures", "table_exports", "report")
+        for key in ("ablation_figures", "table_exports", "report", "paper_tables")
     }
     assert parents["ablation_figures"] >= {"epoch_metrics", "run_summary", "dim_runs", "fact_epochs"}
-    assert parents["table_exports"] == {"run_summary", "ablation_contrasts", "snapshots", "epoch_metrics", "dim_runs"}
+    assert parents["table_exports"] == {"dim_runs", "run_summary", "ablation_contrasts", "snapshots", "epoch_metrics"}
     assert parents["report"] >= {"run_summary", "ablation_contrasts", "snapshots", "dim_runs", "ablation_figures"}
+    assert parents["report"] >= {"epoch_metrics", "file_inventory", "unloaded_epochs"}
+    assert parents["paper_tables"] == {"dim_runs", "run_summary"}
     for key in parents:
         assert graph.get(dg.AssetKey(key)).group_name == "exports"
 
@@ -143,13 +152,13 @@ def test_exports_whose_input_fingerprints_are_unchanged_are_not_rendered_again(t
     write_build_db(tmp_path, built)
     record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})
     first = materialize(tmp_path)
-    # two ablations, four exported tables, one report
-    assert renders == {"figures": 2, "tables": 4, "report": 1}
+    # two ablations, five exported tables, one report
+    assert renders == {"figures": 2, "tables": 5, "report": 1}
     exports = tmp_path / "exports"
     stamps = {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()}
 
     second = materialize(tmp_path)
-    assert renders == {"figures": 2, "tables": 4, "report": 1}  # nothing rendered again
+    assert renders == {"figures": 2, "tables": 5, "report": 1}  # nothing rendered again
     assert {p: p.stat().st_mtime_ns for p in exports.rglob("*") if p.is_file()} == stamps
     assert rewritten(second) == {"ablation_figures": 0, "table_exports": 0, "report": False}
     events = [
@@ -169,13 +178,13 @@ def test_exports_whose_input_fingerprints_are_unchanged_are_not_rendered_again(t
     # a file the user deleted is written again, by its export only, and of the figures only its ablation's
     (exports / "figures" / "other.svg").unlink()
     materialize(tmp_path)
-    assert renders == {"figures": 3, "tables": 4, "report": 1}
+    assert renders == {"figures": 3, "tables": 5, "report": 1}
     assert (exports / "figures" / "other.svg").is_file()
 
     # a rebuilt table renders the exports that read it, and only those
     record_fingerprints(tmp_path, {**{name: f"fp-{name}" for name in built}, "snapshots": "fp-snapshots-2"})
     materialize(tmp_path)
-    assert renders == {"figures": 3, "tables": 8, "report": 2}
+    assert renders == {"figures": 3, "tables": 10, "report": 2}
 
 
 def test_a_changed_run_redraws_its_own_ablation_only(tmp_path, tables, renders):
