@@ -1,22 +1,42 @@
-"""The run explorer: self-contained HTML pages to hover, smooth, hide and zoom the runs of each ablation, offline.
+"""The run explorer: self-contained HTML pages to plot, smooth, group, filter and download the runs of each ablation.
 
 The pages are drawn by Vega-Lite in the browser. Its JavaScript (Vega, Vega-Lite and vega-embed, bundled by
-vl-convert) and the page's own script (`explorer_assets/explorer.js`) are inlined, with the data as JSON, so a
-page opens from file:// with no network and no server.
+vl-convert) and the page's data are inlined gzip-compressed (the browser's DecompressionStream inflates them), with
+the page's own script (`explorer_assets/explorer.js`), so a page opens from file:// with no network and no server.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
 import hashlib
 import html
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import polars as pl
 
+from pipelines.exports.explorer_data import (
+    BREAKDOWN_COLUMNS,
+    HISTOGRAM_BINS,
+    MAX_RUNS_ON_PAGE,
+    ROLE_ORDER,
+    SNAPSHOT_COLUMNS,
+    SNAPSHOT_RUNS,
+    arm_values,
+    bounded_contrasts,
+    carried_runs,
+    configurations,
+    histograms,
+    json_ready,
+    metric_columns,
+    run_entries,
+    series,
+    summaries,
+)
 from pipelines.exports.figure import file_stem, run_colours
 from pipelines.exports.files import write_if_changed
 from pipelines.exports.report import ordered_ablations
@@ -24,40 +44,10 @@ from pipelines.exports.report import ordered_ablations
 ASSETS = Path(__file__).with_name("explorer_assets")
 INDEX = "index.html"
 ABLATION_FOLDER = "ablations"
-# Up to this many ablations share index.html; beyond it each has a page and index.html lists them.
+ALL_RUNS = "all-runs.html"
+# Up to this many ablations share index.html; beyond it each has a page, index.html lists them and all-runs.html
+# overlays their best runs.
 MAX_ABLATIONS_ON_INDEX = 4
-EPOCH_COLUMNS = ["epoch", "mean_reward", "frac_zero_std_groups", "sample_entropy", "train_entropy", "snapshot_id"]
-SUMMARY_COLUMNS = [
-    "n_epochs",
-    "first_epoch",
-    "last_epoch",
-    "missing_epochs",
-    "final_reward",
-    "peak_reward_ema",
-    "peak_epoch",
-    "matched_horizon",
-    "matched_epoch",
-    "matched_reward",
-    "matched_ci_low",
-    "matched_ci_high",
-    "matched_iqm",
-    "matched_effective_n",
-]
-# The interval columns (matched_ci_*, matched_iqm, matched_effective_n; ci_method, unit, resolved) are shown when the
-# warehouse's tables have them.
-CONTRAST_COLUMNS = ["run_a", "run_b", "delta", "ci_low", "ci_high", "ci_method", "unit", "resolved", "prob_improvement"]
-SNAPSHOT_COLUMNS = ["run_id", "role", "epoch", "snapshot_id", "model_name"]
-ROLE_ORDER = {"final": 0, "best": 1, "matched": 2}
-BREAKDOWN_COLUMNS = [
-    "run_id",
-    "breakdown",
-    "level",
-    "window_start",
-    "window_end",
-    "n_epochs",
-    "n_trajectories",
-    "mean_reward",
-]
 
 
 @dataclass(frozen=True)
@@ -75,7 +65,8 @@ class ExplorerSettings:
 class ExplorerTables:
     """The warehouse tables a page is built from, as polars frames with the tables' columns.
 
-    epochs: epoch_metrics with fact_epochs' sample_entropy, train_entropy and snapshot_id.
+    epochs: epoch_metrics with the columns of fact_epochs it lacks (explorer_data.joined_epochs).
+    histograms: run × epoch × quantity × bin (explorer_data.histogram_sql).
     """
 
     runs: pl.DataFrame
@@ -84,6 +75,7 @@ class ExplorerTables:
     contrasts: pl.DataFrame
     snapshots: pl.DataFrame
     breakdowns: pl.DataFrame
+    histograms: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 @functools.cache
@@ -131,72 +123,86 @@ def library_versions() -> str:
     )
 
 
-def _json_ready(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    """The columns of frame that it has, non-finite floats as null (JSON has no NaN), decimals as floats."""
-    present = [c for c in columns if c in frame.columns]
-    return frame.select(
-        [
-            pl.when(pl.col(c).cast(pl.Float64).is_finite()).then(pl.col(c).cast(pl.Float64)).alias(c)
-            if frame.schema[c].is_float() or frame.schema[c].is_decimal()
-            else pl.col(c)
-            for c in present
-        ]
-    )
-
-
 def _of_runs(frame: pl.DataFrame, run_ids: list[str]) -> pl.DataFrame:
-    return frame.filter(pl.col("run_id").is_in(run_ids))
+    return frame.filter(pl.col("run_id").is_in(run_ids)) if "run_id" in frame.columns else frame
 
 
-def _summaries(summary: pl.DataFrame) -> dict[str, dict]:
-    """Each run's run_summary numbers as JSON values, by run id."""
-    return {row["run_id"]: row for row in _json_ready(summary, ["run_id", *SUMMARY_COLUMNS]).to_dicts()}
+def _of_ablation(frame: pl.DataFrame, ablation: str | None) -> pl.DataFrame:
+    return frame.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String)))
 
 
-def _run_entries(members: pl.DataFrame, summaries: dict[str, dict]) -> list[dict]:
-    """Each run of an ablation: id, label, colour (the PNG figure's) and its run_summary numbers (_summaries)."""
-    run_ids = members["run_id"].to_list()
-    colours = run_colours(run_ids)
-    return [
-        {
-            "run_id": run,
-            "label": label or run,
-            "colour": colours[run],
-            **{k: v for k, v in summaries.get(run, {}).items() if k != "run_id"},
-        }
-        for run, label in zip(run_ids, members["label"].to_list(), strict=True)
-    ]
+def _with_arms(members: pl.DataFrame) -> pl.DataFrame:
+    """The runs with an arm each (a run of no arm is its own), by run id."""
+    arm = pl.col("arm").fill_null(pl.col("run_id")) if "arm" in members.columns else pl.col("run_id")
+    return members.with_columns(arm.alias("arm")).sort("run_id")
 
 
-def _contrast_rows(contrasts: pl.DataFrame) -> list[dict]:
-    return _json_ready(contrasts.sort("run_a", "run_b"), CONTRAST_COLUMNS).to_dicts()
-
-
-def _series(epochs: pl.DataFrame) -> dict[str, dict[str, list]]:
-    """Per run, its epochs in order as columns (epoch, mean_reward, ...): compact JSON, one list per column."""
-    columns = _json_ready(epochs.sort("run_id", "epoch"), ["run_id", *EPOCH_COLUMNS])
+def ablation_overview(members: pl.DataFrame, summary: dict[str, dict], contrasts: pl.DataFrame) -> dict:
+    """What an ablation's headline and tables are made from: its carried runs (explorer_data.carried_runs), its
+    configurations, its contrasts (bounded), and how many runs and contrasts it has in all."""
+    members = _with_arms(members)
+    matched = {run: entry.get("matched_reward") for run, entry in summary.items()}
+    carried = carried_runs(members, matched)
+    values = arm_values(contrasts)
+    configs = configurations(members, carried, values)
+    colours = {c["arm"]: c["colour"] for c in configs} or run_colours(members["run_id"].to_list())
+    runs = run_entries(members, carried, summary, colours)
+    if configs:
+        scored = [c for c in configs if c["value"] is not None]
+        leader = max(scored, key=lambda c: c["value"])["arm"] if scored else None
+    else:
+        scored_runs = [r for r in runs if r.get("matched_reward") is not None]
+        leader = max(scored_runs, key=lambda r: r["matched_reward"])["run_id"] if scored_runs else None
     return {
-        run: frame.drop("run_id").to_dict(as_series=False)
-        for (run,), frame in columns.partition_by("run_id", as_dict=True, maintain_order=True).items()
+        "runs": runs,
+        "configurations": configs,
+        "contrasts": bounded_contrasts(contrasts, leader),
+        "n_runs": members.height,
+        "n_contrasts": contrasts.height,
     }
 
 
-def ablation_overview(ablation: str | None, tables: ExplorerTables) -> dict:
-    """An ablation's runs and contrasts: its line on the index page, and the start of its section."""
-    members = tables.runs.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String))).sort("run_id")
-    contrasts = tables.contrasts.filter(pl.col("ablation").eq_missing(pl.lit(ablation, dtype=pl.String)))
+def _rows(frame: pl.DataFrame, order: list, columns: list[str]) -> list[dict]:
+    """frame's rows in order as JSON-ready dicts of the columns it has; none for an empty frame, which may lack its
+    columns."""
+    return [] if frame.is_empty() else json_ready(frame.sort(order), columns).to_dicts()
+
+
+def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
+    """What one ablation's section of a page is drawn from: its overview (ablation_overview), the epoch series
+    and histograms of its carried runs, their snapshots and reward breakdowns."""
+    members = _of_ablation(tables.runs, ablation)
+    summary = summaries(_of_runs(tables.summary, members["run_id"].to_list()))
+    overview = ablation_overview(members, summary, _of_ablation(tables.contrasts, ablation))
+    run_ids = [run["run_id"] for run in overview["runs"]]
+    epochs = _of_runs(tables.epochs, run_ids)
+    metrics = metric_columns(epochs)
     return {
         "name": ablation,
-        "runs": _run_entries(members, _summaries(_of_runs(tables.summary, members["run_id"].to_list()))),
-        "contrasts": _contrast_rows(contrasts),
+        **overview,
+        "metrics": metrics,
+        "series": series(epochs, metrics, snapshots=len(run_ids) <= SNAPSHOT_RUNS),
+        "histograms": histograms(_of_runs(tables.histograms, run_ids)),
+        "snapshots": _rows(
+            _of_runs(tables.snapshots, run_ids),
+            [
+                "run_id",
+                pl.col("role").replace_strict(ROLE_ORDER, default=len(ROLE_ORDER), return_dtype=pl.Int64),
+                "role",
+            ],
+            SNAPSHOT_COLUMNS,
+        ),
+        "breakdowns": _rows(
+            _of_runs(tables.breakdowns, run_ids), ["run_id", "breakdown", "level", "window_start"], BREAKDOWN_COLUMNS
+        ),
     }
 
 
 def index_lines(tables: ExplorerTables, names: dict[str | None, str]) -> list[dict]:
     """Each ablation's line on the index page (ablation_overview and its page), in names' order: made from the
     whole tables at once, not an ablation at a time (200 filters of each table at 100x)."""
-    summaries = _summaries(tables.summary)
-    members = tables.runs.sort("run_id").partition_by("ablation", as_dict=True, maintain_order=True)
+    summary = summaries(tables.summary)
+    members = tables.runs.partition_by("ablation", as_dict=True, maintain_order=True)
     contrasts = {}
     if not tables.contrasts.is_empty():
         contrasts = tables.contrasts.partition_by("ablation", as_dict=True, maintain_order=True)
@@ -204,33 +210,51 @@ def index_lines(tables: ExplorerTables, names: dict[str | None, str]) -> list[di
         {
             "name": ablation,
             "page": page,
-            "runs": _run_entries(members[(ablation,)], summaries),
-            "contrasts": _contrast_rows(contrasts[(ablation,)]) if (ablation,) in contrasts else [],
+            **ablation_overview(
+                members[(ablation,)],
+                {run: summary[run] for run in members[(ablation,)]["run_id"] if run in summary},
+                contrasts.get((ablation,), tables.contrasts.clear()),
+            ),
         }
         for ablation, page in names.items()
     ]
 
 
-def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
-    """What one ablation's section of a page is drawn from: its runs, their epochs, contrasts, snapshots."""
-    overview = ablation_overview(ablation, tables)
-    run_ids = [run["run_id"] for run in overview["runs"]]
+def overlay_payload(tables: ExplorerTables, lines: list[dict], limit: int = MAX_RUNS_ON_PAGE) -> dict:
+    """The all-runs view of an index that lists its ablations: the mean reward of up to limit runs of every
+    ablation, taken in turn from each one's best (each ablation's first run, then its second, ...), coloured by
+    ablation."""
+    ranked = [
+        sorted(line["runs"], key=lambda r: (r.get("matched_reward") is None, -(r.get("matched_reward") or 0.0)))
+        for line in lines
+    ]
+    chosen = []
+    for rank in range(max((len(runs) for runs in ranked), default=0)):
+        chosen += [(line, runs[rank]) for line, runs in zip(lines, ranked, strict=True) if rank < len(runs)]
+    chosen = chosen[:limit]
+    colours = run_colours([line["name"] or "" for line in lines])
+    runs = [{**run, "arm": line["name"] or "", "colour": colours[line["name"] or ""]} for line, run in chosen]
+    run_ids = [run["run_id"] for run in runs]
+    epochs = _of_runs(tables.epochs, run_ids)
+    metrics = [c for c in ("mean_reward",) if c in epochs.columns]
+    configs = [
+        {
+            "arm": line["name"] or "",
+            "label": line["name"] or "unassigned",
+            "colour": colours[line["name"] or ""],
+            "runs": [r for r in run_ids if r in {x["run_id"] for x in line["runs"]}],
+            "n_runs": line["n_runs"],
+            "value": None,
+        }
+        for line in lines
+    ]
     return {
-        "name": ablation,
-        "runs": overview["runs"],
-        "series": _series(_of_runs(tables.epochs, run_ids)),
-        "contrasts": overview["contrasts"],
-        "snapshots": _json_ready(
-            _of_runs(tables.snapshots, run_ids).sort(
-                "run_id",
-                pl.col("role").replace_strict(ROLE_ORDER, default=len(ROLE_ORDER), return_dtype=pl.Int64),
-                "role",
-            ),
-            SNAPSHOT_COLUMNS,
-        ).to_dicts(),
-        "breakdowns": _json_ready(
-            _of_runs(tables.breakdowns, run_ids).sort("run_id", "breakdown", "level", "window_start"), BREAKDOWN_COLUMNS
-        ).to_dicts(),
+        "name": None,
+        "runs": sorted(runs, key=lambda r: r["run_id"]),
+        "configurations": [c for c in configs if c["runs"]],
+        "metrics": metrics,
+        "series": series(epochs, metrics, snapshots=False),
+        "n_runs": sum(line["n_runs"] for line in lines),
     }
 
 
@@ -242,7 +266,7 @@ def tables_digest(tables: ExplorerTables, names: tuple[str, ...] | None = None) 
     """A digest of every row of the tables (the given ones, default all) and of their columns' types: the same digest,
     the same payloads. Stable within a polars version."""
     digest = hashlib.sha256()
-    for name in names or [field.name for field in fields(tables)]:
+    for name in names or [column.name for column in fields(tables)]:
         frame = getattr(tables, name)
         digest.update(f"{name}:{frame.height}:{frame.schema!r};".encode())
         if frame.width:
@@ -261,9 +285,19 @@ def page_names(ablations: list[str | None]) -> dict[str | None, str]:
     return names
 
 
-def _script_json(payload: dict) -> str:
-    """JSON safe inside a <script> element: no '<' can open a tag or close the element."""
-    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+def packed(text: str) -> str:
+    """text gzip-compressed (no timestamp: the same text, the same bytes) in base64, which holds no '<' and so
+    cannot close a script element."""
+    return base64.b64encode(gzip.compress(text.encode(), compresslevel=9, mtime=0)).decode("ascii")
+
+
+@functools.lru_cache(maxsize=2)
+def _packed_library(library: str) -> str:
+    return packed(library)
+
+
+def page_json(payload: dict) -> str:
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _asset(name: str) -> str:
@@ -273,14 +307,14 @@ def _asset(name: str) -> str:
 def render_page(title: str, payload: dict, library: str | None = None) -> bytes:
     """A whole page: the charting library (vega_bundle()), the explorer's style and script, the data; nothing
     fetched."""
-    library = (library or vega_bundle()).replace("</script", "<\\/script")
+    library = _packed_library(library or vega_bundle())
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n"
-        f"<script>\n{library}\n</script>\n</head>\n<body>\n"
-        '<div id="explorer">Loading… (this page needs JavaScript)</div>\n'
-        f'<script type="application/json" id="explorer-data">{_script_json(payload)}</script>\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{_asset('explorer.css')}</style>\n</head>\n<body>\n"
+        '<div id="explorer">Loading… (this page needs JavaScript and a browser of 2023 or later)</div>\n'
+        f'<script type="application/gzip" id="explorer-library">{library}</script>\n'
+        f'<script type="application/gzip" id="explorer-data">{packed(page_json(payload))}</script>\n'
         f"<script>\n{_asset('explorer.js')}</script>\n</body>\n</html>\n"
     ).encode()
 
@@ -316,7 +350,7 @@ def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables
 
     split = {
         name: parts(getattr(tables, name), by_run=name != "contrasts")
-        for name in ("runs", "epochs", "summary", "contrasts", "snapshots", "breakdowns")
+        for name in ("runs", "epochs", "summary", "contrasts", "snapshots", "breakdowns", "histograms")
     }
     return {
         ablation: ExplorerTables(**{name: split[name].get(ablation, getattr(tables, name).clear()) for name in split})
@@ -330,7 +364,7 @@ def explorer_contents(tables: ExplorerTables, settings: ExplorerSettings) -> dic
     Each page's data is made only if it is rendered: at 100x, making all 200 ablations' data costs more than
     digesting their rows, and a new epoch file changes one ablation's page and the index.
     """
-    common = {"settings": asdict(settings), "library": library_versions()}
+    common = {"settings": asdict(settings), "library": library_versions(), "histogram_bins": HISTOGRAM_BINS}
     ablations = ordered_ablations(tables.runs)
     split = split_by_ablation(tables)
     digests = {ablation: tables_digest(split[ablation]) for ablation in ablations}
@@ -347,10 +381,17 @@ def explorer_contents(tables: ExplorerTables, settings: ExplorerSettings) -> dic
     names = page_names(ablations)
 
     def overview() -> dict:
-        return {**common, "ablations": [], "overview": index_lines(tables, names)}
+        return {**common, "ablations": [], "overview": index_lines(tables, names), "all_runs": ALL_RUNS}
+
+    def all_runs() -> dict:
+        overlay = overlay_payload(tables, index_lines(tables, names))
+        return {**common, "ablations": [], "overlay": overlay, "index": INDEX}
 
     listed = [[a, names[a], tables_digest(split[a], OVERVIEW_TABLES)] for a in ablations]
-    pages = {INDEX: Page("GRPO run explorer", inputs(listed), overview)}
+    pages = {
+        INDEX: Page("GRPO run explorer", inputs(listed), overview),
+        ALL_RUNS: Page("All runs · GRPO run explorer", inputs([[a, digests[a]] for a in ablations]), all_runs),
+    }
     for ablation in ablations:
         pages[names[ablation]] = Page(
             f"{ablation or 'unassigned'} · GRPO run explorer",

@@ -1,11 +1,16 @@
-"""The run explorer of the sample release in headless Chromium, from file:// with the network off: it draws every
-ablation without a console error, its smoothing reproduces reward_ema, hovering reads an epoch, hiding a run
-removes its marks."""
+"""The run explorer in headless Chromium, from file:// with the network off: the sample release's page draws every
+ablation without a console error, its smoothing reproduces reward_ema, and each control (hover, zoom, hide, metric,
+x axis, log scale, sort, filter, downloads, histograms, the all-runs view) shows what the warehouse holds; a page of
+configurations of seeds draws and compares configurations."""
 
+import csv
+import io
 import json
 import time
+from xml.etree import ElementTree
 
 import duckdb
+import numpy as np
 import pytest
 from oracles import tensorboard_ema
 from ui_server import ARTIFACTS, start_chromium
@@ -41,15 +46,37 @@ def offline_browser(tmp_path):
         driver.quit()
 
 
-def drawn_rows(driver, section: int, run_id: str) -> dict[int, dict]:
-    """The rows the reward chart of a section is drawing for a run, by epoch (the page's own data)."""
+def drawn_rows(driver, section: int, key: str, dataset: str = "main_0") -> dict[float, float]:
+    """The points the main chart of a section is drawing for a line (a run or a configuration): x -> y."""
     rows = driver.execute_script(
-        "return window.explorer.sections[arguments[0]].views.curves.data('epochs')"
-        ".filter(r => r.run_id === arguments[1]).map(r => [r.epoch, r.reward, r.smoothed]);",
+        "return window.explorer.sections[arguments[0]].views.curves.data(arguments[2])"
+        ".filter(r => r.key === arguments[1]).map(r => [r.x, r.y]);",
         section,
-        run_id,
+        key,
+        dataset,
     )
-    return {epoch: {"reward": reward, "smoothed": smoothed} for epoch, reward, smoothed in rows}
+    return dict(map(tuple, rows))
+
+
+def drawn_keys(driver, section: int, dataset: str = "main_0") -> list[str]:
+    return driver.execute_script(
+        "return [...new Set(window.explorer.sections[arguments[0]].views.curves.data(arguments[1]).map(r => r.key))]"
+        ".sort();",
+        section,
+        dataset,
+    )
+
+
+def run_async(driver, script: str, *args):
+    """Runs script (the body of an async function) in the page and returns what it returns."""
+    result = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        f"(async () => {{ {script} }})()"
+        ".then(v => done({ok: v === undefined ? null : v}), e => done({error: String(e)}));",
+        *args,
+    )
+    assert "error" not in result, result["error"]
+    return result["ok"]
 
 
 def marks_of(driver, section: int, colour: str) -> int:
@@ -75,53 +102,83 @@ def wait_until(driver, script: str, what: str, *args, timeout: float = 10):
     pytest.fail(f"timed out waiting for {what}")
 
 
-def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehouse, offline_browser):
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.actions.action_builder import ActionBuilder
-    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
+def warehouse_rows(warehouse) -> dict:
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        return {
+            "runs": con.sql("select run_id, ablation from dim_runs order by run_id").fetchall(),
+            "ablations": [
+                a for (a,) in con.sql("select ablation from dim_runs group by 1 order by count(*) desc, 1").fetchall()
+            ],
+            "epochs": con.sql(
+                "select m.run_id, m.epoch, m.mean_reward, m.reward_ema, e.snapshot_id, e.loss, e.n_trajectories "
+                "from epoch_metrics m join fact_epochs e using (run_id, epoch) order by m.run_id, m.epoch"
+            ).fetchall(),
+            "matched": dict(con.sql("select run_id, matched_reward from run_summary").fetchall()),
+            "trajectories": con.sql("select run_id, epoch, reward, advantage from fact_trajectories").fetchall(),
+        }
 
+
+def open_page(driver, page):
+    driver.get(page.as_uri())
+    run_async(driver, "await window.explorer.ready; await window.explorer.drawAll();")
+
+
+def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehouse, offline_browser):
     driver = offline_browser
     page = sample_warehouse / "exports" / "explorer" / "index.html"
     assert page.stat().st_size < PAGE_BUDGET
-    with duckdb.connect(str(sample_warehouse / "warehouse.duckdb"), read_only=True) as con:
-        runs = con.sql("select run_id, ablation from dim_runs order by run_id").fetchall()
-        ablations = [
-            a for (a,) in con.sql("select ablation from dim_runs group by 1 order by count(*) desc, 1").fetchall()
-        ]
-        epochs = con.sql(
-            "select m.run_id, m.epoch, m.mean_reward, m.reward_ema, e.snapshot_id from epoch_metrics m "
-            "join fact_epochs e using (run_id, epoch) order by m.run_id, m.epoch"
-        ).fetchall()
-
-    driver.get(page.as_uri())
-    assert (
-        driver.execute_async_script(
-            "const done = arguments[arguments.length - 1];"
-            "window.explorer.ready.then(() => done(true), error => done(String(error)));"
-        )
-        is True
-    )
+    rows = warehouse_rows(sample_warehouse)
+    runs, ablations, epochs = rows["runs"], rows["ablations"], rows["epochs"]
+    open_page(driver, page)
     sections = driver.execute_script("return window.explorer.sections.map(s => s.ablation.name)")
-    assert sections == ablations
+    assert sections == [*ablations, None]  # and the all-runs view
     colours = driver.execute_script(
-        "return Object.fromEntries(window.explorer.sections"
+        "return Object.fromEntries(window.explorer.sections.slice(0, -1)"
         ".flatMap(s => s.ablation.runs.map(r => [r.run_id, r.colour])))"
     )
     assert sorted(colours) == [run for run, _ in runs]
-    for run, ablation in runs:  # every run of every ablation is drawn: its points, its line
+    for run, ablation in runs:  # every run of every ablation is drawn: its points, its lines
         assert marks_of(driver, ablations.index(ablation), colours[run]) > 100, run
-    weight = driver.execute_script("return window.explorer.weight")
 
-    # The slider, by keyboard, to 0: the smoothed line is the per-epoch means themselves.
+    smoothing_reproduces_reward_ema(driver, runs, ablations, epochs)
+    hovered = hover_reads_an_epoch(driver, runs, ablations, epochs)
+    wheel_zooms_every_panel(driver, runs, ablations, epochs)
+    a_click_hides_a_run(driver, runs, ablations, colours)
+    trajectories_of_an_epoch(driver, rows, hovered)
+    metric_axis_and_scale(driver, runs, ablations, epochs)
+    table_sorts_and_filters(driver, runs, ablations, rows["matched"])
+    downloads_are_what_is_drawn(driver)
+    all_runs_overlaid(driver, runs, ablations)
+
+    # Nothing was fetched: every request of the page was the page itself.
+    events = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
+    requested = [
+        event["params"]["request"]["url"]
+        for event in events
+        if event["method"] == "Network.requestWillBeSent" and event["params"].get("documentURL") == page.as_uri()
+    ]  # not the browser's own new-tab page
+    assert requested and all(url == page.as_uri() or url.startswith(("data:", "blob:")) for url in requested), requested
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == []
+    driver.set_window_size(1600, min(driver.execute_script("return document.body.scrollHeight") + 40, 6000))
+    time.sleep(0.5)
+    driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
+
+
+def smoothing_reproduces_reward_ema(driver, runs, ablations, epochs):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    weight = driver.execute_script("return window.explorer.weight")
     multi = ablations[0]
     run = next(r for r, a in runs if a == multi)
+    # The slider, by keyboard, to 0: the smoothed line is the per-epoch means themselves.
     slider = driver.find_element(By.ID, "smoothing")
     slider.send_keys(Keys.HOME)
     wait_until(driver, "return window.explorer.weight === 0", "the slider at 0")
-    assert all(row["smoothed"] == row["reward"] for row in drawn_rows(driver, 0, run).values())
-
+    time.sleep(0.3)
+    means = {e[1]: e[2] for e in epochs if e[0] == run}
+    assert drawn_rows(driver, 0, run) == pytest.approx(means, rel=1e-12, abs=1e-15)
     # Back to the configured weight: the line is reward_ema, and TensorBoard's formula computed here.
     driver.execute_script(
         "arguments[0].value = arguments[1];arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
@@ -129,73 +186,101 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
         str(weight),
     )
     wait_until(driver, "return window.explorer.weight === arguments[0]", "the configured weight", weight)
-    time.sleep(0.2)
-    for run_id in {r for r, _, _, _, _ in epochs}:
-        rows = [e for e in epochs if e[0] == run_id]
-        independent = tensorboard_ema([e[2] for e in rows], weight)
+    time.sleep(0.3)
+    for run_id in {r for r, *_ in epochs}:
+        own = [e for e in epochs if e[0] == run_id]
+        independent = tensorboard_ema([e[2] for e in own], weight)
         drawn = drawn_rows(driver, ablations.index(dict(runs)[run_id]), run_id)
-        for (_, epoch, _, reward_ema, _), expected in list(zip(rows, independent, strict=True))[::37]:
-            assert drawn[epoch]["smoothed"] == pytest.approx(reward_ema, rel=1e-12, abs=1e-15), (run_id, epoch)
-            assert drawn[epoch]["smoothed"] == pytest.approx(expected, rel=1e-12, abs=1e-15), (run_id, epoch)
+        for (_, epoch, _, reward_ema, *_), expected in list(zip(own, independent, strict=True))[::37]:
+            assert drawn[epoch] == pytest.approx(reward_ema, rel=1e-12, abs=1e-15), (run_id, epoch)
+            assert drawn[epoch] == pytest.approx(expected, rel=1e-12, abs=1e-15), (run_id, epoch)
 
-    # Hover: the readout names the epoch under the pointer, each run's values there and its snapshot's model.
-    left, top, width = driver.execute_script(
-        "const svg = document.querySelector('#ablation-0 .curves svg'); svg.scrollIntoView();"
-        "const box = svg.getBoundingClientRect(); return [box.left, box.top, box.width];"
-    )
+
+def pointer_to(driver, x: float, y: float):
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
     pointer = ActionBuilder(driver)
-    pointer.pointer_action.move_to_location(int(left + 0.6 * width), int(top + 200))  # in the reward panel
+    pointer.pointer_action.move_to_location(int(x), int(y))
     pointer.perform()
+
+
+def chart_box(driver, section: int = 0) -> list[float]:
+    return driver.execute_script(
+        "const svg = document.querySelector(`#ablation-${arguments[0]} .curves svg`); svg.scrollIntoView();"
+        "const box = svg.getBoundingClientRect(); return [box.left, box.top, box.width, box.height];",
+        section,
+    )
+
+
+def hover_reads_an_epoch(driver, runs, ablations, epochs) -> int:
+    """The readout names the epoch under the pointer, each run's values there and its snapshot's model, inside the
+    chart; it follows the pointer into the flat-groups panel. Returns the epoch read."""
+    from selenium.webdriver.common.by import By
+
+    run = next(r for r, a in runs if a == ablations[0])
+    left, top, width, height = chart_box(driver)
+    pointer_to(driver, left + 0.6 * width, top + 200)  # in the reward panel
     wait_until(driver, "return !document.querySelector('#ablation-0 .readout').hidden", "the hover readout")
     readout = driver.find_element(By.CSS_SELECTOR, "#ablation-0 .readout").text
-    hovered = int(readout.split("\n")[0].removeprefix("epoch "))
+    hovered = int(readout.split("\n")[0].split(" ")[1])
     snapshot = next(e[4] for e in epochs if e[0] == run and e[1] == hovered)
     assert f"claude-haiku-4-5-20251001-{snapshot}" in readout
     reward_ema = next(e[3] for e in epochs if e[0] == run and e[1] == hovered)
-    assert f"{reward_ema:.3f}" in readout
+    assert f"{reward_ema:.4f}" in readout
+    inside = driver.execute_script(
+        "const box = document.querySelector('#ablation-0 .readout').getBoundingClientRect();"
+        "const host = document.querySelector('#ablation-0 .curves-host').getBoundingClientRect();"
+        "return box.left >= host.left - 1 && box.right <= host.right + 1 && box.bottom <= host.bottom + 1;"
+    )
+    assert inside
     ARTIFACTS.mkdir(exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / "explorer_hover.png"))
-
-    # The side panels share the hover: the readout follows the pointer into the flat-groups panel.
     flat = driver.execute_script(
         "const box = document.querySelector('#ablation-0 .flat_strips_voronoi')"
         ".getBoundingClientRect(); return [box.left, box.top, box.width, box.height];"
     )
-    pointer.pointer_action.move_to_location(int(flat[0] + 0.3 * flat[2]), int(flat[1] + 0.5 * flat[3]))
-    pointer.perform()
+    pointer_to(driver, flat[0] + 0.3 * flat[2], flat[1] + 0.5 * flat[3])
     wait_until(
         driver,
         "return !document.querySelector('#ablation-0 .readout').hidden"
         " && !document.querySelector('#ablation-0 .readout').innerText.startsWith(arguments[0])",
         "the readout of another epoch",
-        f"epoch {hovered}\n",
+        f"epoch {hovered} ",
     )
+    pointer_to(driver, left + 0.6 * width, top + 200)
+    wait_until(driver, "return !document.querySelector('#ablation-0 .readout').hidden", "the hover readout again")
+    return int(driver.find_element(By.CSS_SELECTOR, "#ablation-0 .readout").text.split("\n")[0].split(" ")[1])
 
-    # The wheel zooms the epoch axis of every panel at once.
-    pointer.pointer_action.move_to_location(5, 5)
-    pointer.perform()
+
+def wheel_zooms_every_panel(driver, runs, ablations, epochs):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    left, top, width, _ = chart_box(driver)
+    pointer_to(driver, 5, 5)
     ActionChains(driver).scroll_from_origin(
         ScrollOrigin.from_viewport(int(left + 0.7 * width), int(top + 200)), 0, -300
     ).perform()
-    wait_until(
-        driver, "return (window.explorer.sections[0].views.curves.signal('zoom') || {}).epoch", "a zoomed epoch axis"
-    )
+    wait_until(driver, "return (window.explorer.sections[0].views.curves.signal('zoom') || {}).x", "a zoomed x axis")
     zoomed = driver.execute_script(
         "const view = window.explorer.sections[0].views.curves;"
-        "return [view.signal('zoom').epoch, view.scale('reward_x').domain(),"
+        "return [view.signal('zoom').x, view.scale('main_x').domain(),"
         " view.scale('flat_x').domain(), view.scale('entropy_x').domain()];"
     )
-    span = max(e[1] for e in epochs if dict(runs)[e[0]] == multi) - min(e[1] for e in epochs)
+    span = max(e[1] for e in epochs if dict(runs)[e[0]] == ablations[0]) - min(e[1] for e in epochs)
     assert zoomed[0][1] - zoomed[0][0] < 0.9 * span
     assert zoomed[1] == pytest.approx(zoomed[0]) and zoomed[2] == pytest.approx(zoomed[0])
     assert zoomed[3] == pytest.approx(zoomed[0])
 
-    # A click on a run's row hides its marks, and another shows them again.
-    pointer.pointer_action.move_to_location(5, 5)  # off the chart: no hover marks
-    pointer.perform()
+
+def a_click_hides_a_run(driver, runs, ablations, colours):
+    from selenium.webdriver.common.by import By
+
+    run = next(r for r, a in runs if a == ablations[0])
+    pointer_to(driver, 5, 5)  # off the chart: no hover marks
     wait_until(driver, "return document.querySelector('#ablation-0 .readout').hidden", "the readout gone")
     before = marks_of(driver, 0, colours[run])
-    others = {r: marks_of(driver, 0, colours[r]) for r, a in runs if a == multi and r != run}
+    others = {r: marks_of(driver, 0, colours[r]) for r, a in runs if a == ablations[0] and r != run}
     row = driver.find_element(By.CSS_SELECTOR, f"#ablation-0 tr.run[data-run='{run}']")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)  # clear of the sticky toolbar
     row.click()
@@ -207,16 +292,101 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     time.sleep(0.3)
     assert marks_of(driver, 0, colours[run]) == before
 
-    # Nothing was fetched: every request of the page was the page itself.
-    events = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
-    requested = [
-        event["params"]["request"]["url"]
-        for event in events
-        if event["method"] == "Network.requestWillBeSent" and event["params"].get("documentURL") == page.as_uri()
-    ]  # not the browser's own new-tab page
-    assert requested and all(url == page.as_uri() or url.startswith("data:") for url in requested), requested
-    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
-    assert errors == []
-    driver.set_window_size(1600, min(driver.execute_script("return document.body.scrollHeight") + 40, 6000))
+
+def trajectories_of_an_epoch(driver, rows, hovered):
+    """A click on the chart shows the histograms of an epoch's trajectories: numpy's bins of the warehouse's values."""
+    left, top, width, _ = chart_box(driver)
+    pointer_to(driver, left + 0.6 * width, top + 200)
+    wait_until(driver, "return !document.querySelector('#ablation-0 .readout').hidden", "the hover readout")
+    driver.execute_script("document.querySelector('#ablation-0 .curves').click()")
+    wait_until(driver, "return window.explorer.sections[0].histogram !== null", "a histogram")
+    shown = driver.execute_script("return window.explorer.sections[0].histogram")
+    bins = driver.execute_script("return window.explorer.data.histogram_bins")
+    for quantity, column in (("reward", 2), ("advantage", 3)):
+        values = np.array([t[column] for t in rows["trajectories"] if t[:2] == (shown["run_id"], shown["epoch"])])
+        values = values[np.isfinite(values)]
+        counts, edges = np.histogram(values, bins=bins, range=(values.min(), values.max()))
+        drawn = [(r["start"], r["n"]) for r in shown["rows"] if r["quantity"] == quantity]
+        expected = [(edges[i], int(n)) for i, n in enumerate(counts) if n]
+        assert [n for _, n in drawn] == [n for _, n in expected]
+        assert [s for s, _ in drawn] == pytest.approx([s for s, _ in expected])
+    assert abs(shown["epoch"] - hovered) <= 20  # the nearest kept epoch to the one clicked
+
+
+def metric_axis_and_scale(driver, runs, ablations, epochs):
+    """Another epoch column (loss), the x axis by trajectories seen, a log y axis: each as the warehouse says."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    run = next(r for r, a in runs if a == ablations[0])
+    own = [e for e in epochs if e[0] == run]
+    weight = driver.execute_script("return window.explorer.weight")
+    Select(driver.find_element(By.CSS_SELECTOR, "#ablation-0 select[aria-label='metric']")).select_by_value("loss")
+    wait_until(driver, "return window.explorer.sections[0].state.metric === 'loss'", "the loss plotted")
+    run_async(driver, "await window.explorer.sections[0].drawing;")
     time.sleep(0.5)
-    driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
+    expected = dict(zip([e[1] for e in own], tensorboard_ema([e[5] for e in own], weight), strict=True))
+    assert drawn_rows(driver, 0, run) == pytest.approx(expected, rel=1e-6)  # 7 significant digits
+    Select(driver.find_element(By.CSS_SELECTOR, "#ablation-0 select[aria-label='x axis']")).select_by_value(
+        "trajectories"
+    )
+    wait_until(driver, "return window.explorer.sections[0].state.x === 'trajectories'", "x by trajectories")
+    time.sleep(0.5)
+    assert sorted(drawn_rows(driver, 0, run)) == [float(x) for x in np.cumsum([e[6] for e in own])]
+    driver.find_element(By.CSS_SELECTOR, "#ablation-0 input[aria-label='log y axis']").click()
+    wait_until(driver, "return window.explorer.sections[0].state.log", "a log axis")
+    time.sleep(0.5)
+    assert driver.execute_script("return window.explorer.sections[0].views.curves.scale('main_y').type") == "log"
+    run_async(driver, "await window.explorer.update(0, {metric: 'mean_reward', x: 'epoch', log: false});")
+
+
+def table_sorts_and_filters(driver, runs, ablations, matched):
+    from selenium.webdriver.common.by import By
+
+    members = [r for r, a in runs if a == ablations[0]]
+    header = driver.find_element(By.CSS_SELECTOR, "#ablation-0 th[data-sort='matched_reward']")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", header)
+    header.click()
+    order = driver.execute_script(
+        "return [...document.querySelectorAll('#ablation-0 tr.run')].map(tr => tr.dataset.run)"
+    )
+    assert order == sorted(members, key=lambda r: -matched[r])
+    header.click()
+    order = driver.execute_script(
+        "return [...document.querySelectorAll('#ablation-0 tr.run')].map(tr => tr.dataset.run)"
+    )
+    assert order == sorted(members, key=lambda r: matched[r])
+    box = driver.find_element(By.CSS_SELECTOR, "#ablation-0 input[aria-label='filter runs']")
+    box.send_keys(members[1][-6:])  # a run id's end
+    wait_until(driver, "return window.explorer.sections[0].state.filter.length > 0", "the filter")
+    run_async(driver, "await window.explorer.update(0, {});")
+    assert drawn_keys(driver, 0) == [members[1]]
+    shown = driver.execute_script(
+        "return [...document.querySelectorAll('#ablation-0 tr.run')].filter(tr => !tr.hidden).map(tr => tr.dataset.run)"
+    )
+    assert shown == [members[1]]
+    box.clear()
+    run_async(driver, "await window.explorer.update(0, {filter: ''});")
+    assert drawn_keys(driver, 0) == sorted(members)
+
+
+def downloads_are_what_is_drawn(driver):
+    text = driver.execute_script("return window.explorer.visibleCsv(0)")
+    table = list(csv.DictReader(io.StringIO(text)))
+    drawn = driver.execute_script(
+        "return window.explorer.sections[0].views.curves.data('main_0').map(r => [r.key, r.x, r.y])"
+    )
+    assert sorted((r["run_id"], float(r["epoch"]), float(r["smoothed"])) for r in table) == sorted(map(tuple, drawn))
+    svg = run_async(driver, "return await window.explorer.image(0, 'svg');")
+    assert ElementTree.fromstring(svg).tag.endswith("svg")
+    png = run_async(driver, "return await window.explorer.image(0, 'png');")
+    assert png.startswith("data:image/png;base64,") and len(png) > 10_000
+
+
+def all_runs_overlaid(driver, runs, ablations):
+    """The last section overlays every ablation's runs, a line per ablation, each run's line on demand."""
+    last = len(ablations)
+    keys = drawn_keys(driver, last)
+    assert len(keys) == len(ablations)  # grouped by ablation
+    run_async(driver, "await window.explorer.update(arguments[0], {grouped: false});", last)
+    assert drawn_keys(driver, last) == sorted(r for r, _ in runs)

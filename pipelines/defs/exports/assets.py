@@ -33,6 +33,7 @@ from pipelines.exports.explorer import (
     library_versions,
     vega_bundle,
 )
+from pipelines.exports.explorer_data import histogram_sql, joined_epochs
 from pipelines.exports.figure import (
     NEEDED_EPOCH_COLUMNS,
     Drawing,
@@ -72,12 +73,6 @@ from epoch_metrics as m
 left join fact_epochs as e using (run_id, epoch)
 order by m.run_id, m.epoch
 """
-EXPLORER_EPOCHS_SQL = """
-select m.run_id, m.epoch, m.mean_reward, m.frac_zero_std_groups, e.sample_entropy, e.train_entropy, e.snapshot_id
-from epoch_metrics as m
-left join fact_epochs as e using (run_id, epoch)
-order by m.run_id, m.epoch
-"""
 # The model tables each export reads: their fingerprints (bookkeeping.model_state) key the export.
 FIGURE_INPUTS = ("dim_runs", "epoch_metrics", "fact_epochs", "run_summary")
 REPORT_INPUTS = (
@@ -94,6 +89,7 @@ EXPLORER_INPUTS = (
     "dim_runs",
     "epoch_metrics",
     "fact_epochs",
+    "fact_trajectories",
     "run_summary",
     "ablation_contrasts",
     "snapshots",
@@ -101,7 +97,9 @@ EXPLORER_INPUTS = (
 )
 EXPLORER_QUERIES = {
     "runs": RUNS_SQL,
-    "epochs": EXPLORER_EPOCHS_SQL,
+    "epochs": "select * from epoch_metrics order by run_id, epoch",
+    "epoch_files": "select * from fact_epochs",  # loss, KL, the numeric extras, snapshot_id: joined_epochs
+    "histograms": histogram_sql(),
     "summary": "select * from run_summary order by run_id",
     "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
     "snapshots": "select * from snapshots order by run_id",
@@ -588,6 +586,7 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         meta = entry["metadata"]
         return kept_result(context, entry, explorer_metadata(folder, meta["pages"], meta["bytes"], 0))
     tables, inputs = read_tables(warehouse, EXPLORER_QUERIES, EXPLORER_INPUTS)
+    tables["epochs"] = joined_epochs(tables["epochs"], tables.pop("epoch_files"))
     library = vega_bundle(library_cache())
     pages = page_digests(explorer_contents(ExplorerTables(**tables), settings), library)
     before = recorded_metadata(exports, name).get("page_digests", {})
