@@ -157,8 +157,10 @@ def configuration_label(labels: list[str], arm: str) -> str:
     """A configuration's name for people: what its seeds' labels share from the start (`PV2, 2/8 FP` of
     `PV2, 2/8 FP · seed 3`), else its arm name."""
     shared = os.path.commonprefix(labels) if len(labels) > 1 else ""
-    # `… · seed 0`, `… · seed 1`: what they share ends in the word that names the seed, which is not the configuration
-    shared = SEED_WORD.sub("", shared.rstrip(LABEL_SEPARATORS)).rstrip(LABEL_SEPARATORS)
+    if len(set(labels)) > 1:
+        # `… · seed 0`, `… · seed 1`: what they share ends in the word that names the seed, not the configuration
+        shared = SEED_WORD.sub("", shared.rstrip(LABEL_SEPARATORS))
+    shared = shared.rstrip(LABEL_SEPARATORS)
     return shared if len(shared) >= 3 else arm
 
 

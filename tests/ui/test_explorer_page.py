@@ -7,12 +7,14 @@ import csv
 import io
 import json
 import time
+from pathlib import Path
 from xml.etree import ElementTree
 
 import duckdb
 import numpy as np
 import pytest
 from oracles import tensorboard_ema
+from selenium.webdriver.common.by import By
 from ui_server import ARTIFACTS, start_chromium
 
 pytestmark = pytest.mark.slow
@@ -390,3 +392,80 @@ def all_runs_overlaid(driver, runs, ablations):
     assert len(keys) == len(ablations)  # grouped by ablation
     run_async(driver, "await window.explorer.update(arguments[0], {grouped: false});", last)
     assert drawn_keys(driver, last) == sorted(r for r, _ in runs)
+
+
+@pytest.fixture
+def seeded_page(tmp_path):
+    """A page of the export tests' tables as configurations of seeds (test_explorer.seeded_tables), one of them
+    with a hostile name, and an ablation of one configuration."""
+    import importlib.util
+    import sys
+
+    import polars as pl
+
+    exports = Path(__file__).parents[1] / "exports"
+    sys.path.insert(0, str(exports))
+    spec = importlib.util.spec_from_file_location("export_tables", exports / "conftest.py")
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)
+    from test_explorer import explorer_tables, seeded_tables
+
+    from pipelines.exports.explorer import ExplorerSettings, explorer_pages
+
+    names = {
+        "runs": "RUNS",
+        "epochs": "EPOCHS",
+        "summary": "SUMMARY",
+        "contrasts": "CONTRASTS",
+        "snapshots": "SNAPSHOTS",
+    }
+    tables = seeded_tables({name: getattr(fixture, constant) for name, constant in names.items()})
+    solo = tables["runs"].filter(pl.col("run_id") == "solo")
+    runs = pl.concat([tables["runs"], solo.with_columns(run_id=pl.lit("solo_s1"))]).with_columns(
+        arm=pl.when(pl.col("ablation") == "other").then(pl.lit("solo_cfg")).otherwise(pl.col("arm")),
+        label=pl.col("label").replace({"Cfg A · seed 1": HOSTILE + " · seed 1"}),  # Cfg A: what the two share
+    )
+    epochs = pl.concat(
+        [tables["epochs"], tables["epochs"].filter(pl.col("run_id") == "solo").with_columns(run_id=pl.lit("solo_s1"))]
+    )
+    pages = explorer_pages(explorer_tables({**tables, "runs": runs, "epochs": epochs}), ExplorerSettings())
+    path = tmp_path / "index.html"
+    path.write_bytes(pages["index.html"])
+    return path
+
+
+HOSTILE = "Cfg A, a long name with <img src=x onerror=alert(1)></script> and more"
+
+
+def test_configurations_are_drawn_and_compared_as_configurations(seeded_page, offline_browser):
+    driver = offline_browser
+    open_page(driver, seeded_page)
+    headlines = driver.execute_script("return [...document.querySelectorAll('.headline')].map(p => p.textContent)")
+    assert "configuration Cfg A leads" in headlines[0] and "against 0.330 for Cfg B (2 seeds)" in headlines[0]
+    assert "seed" not in headlines[0].split("leads")[0].replace("configuration", "")  # never two seeds of one
+    assert headlines[1] == "All 2 runs are seeds of one configuration (Solo run): there is nothing to compare it with."
+    assert driver.execute_script("return document.querySelectorAll('img').length") == 0  # names are text
+    assert HOSTILE in driver.find_element(By.CSS_SELECTOR, "#ablation-0 table.runs").text
+
+    # grouped by default: a line and a band per configuration, the IQM and quartiles of its seeds' smoothed values
+    assert drawn_keys(driver, 0) == ["cfg_a", "cfg_b"] and drawn_keys(driver, 0, "main_bands") == ["cfg_a", "cfg_b"]
+    weight = driver.execute_script("return window.explorer.weight")
+    long, mid = (tensorboard_ema([0.1 * k + start for k in range(n)], weight) for start, n in ((0.1, 10), (0.2, 6)))
+    # two seeds: the IQM keeps both (a quarter of 2 is 0), so the line is their mean where both have the epoch
+    assert drawn_rows(driver, 0, "cfg_a")[3] == pytest.approx((long[3] + mid[3]) / 2, rel=1e-12)
+    assert drawn_rows(driver, 0, "cfg_a")[8] == pytest.approx(long[8], rel=1e-12)  # only r_long reaches epoch 8
+    run_async(driver, "await window.explorer.update(0, {seeds: true});")
+    assert drawn_keys(driver, 0, "main_0_faint") == ["r_extra", "r_long", "r_mid", "r_short"]
+    run_async(driver, "await window.explorer.update(0, {only: 'cfg_b'});")
+    assert drawn_keys(driver, 0) == ["cfg_b"] and drawn_keys(driver, 0, "main_0_faint") == ["r_extra", "r_short"]
+    run_async(driver, "await window.explorer.update(0, {only: null, grouped: false});")
+    assert drawn_keys(driver, 0) == ["r_extra", "r_long", "r_mid", "r_short"]
+
+    # a long label loses its middle, never its end (the seed)
+    short = driver.execute_script("return window.explorer.shortLabel(arguments[0])", HOSTILE + " · seed 1")
+    assert short.endswith("and more · seed 1") and len(short) <= 44
+    # the hover box lists a few lines, highest first, and counts the others
+    rows = driver.execute_script("window.explorer.readoutRows = 3; return window.explorer.readoutAt(0, 1)")
+    assert len(rows) == 4 and rows[-1] == "1 more"
+    # at epoch 1, r_short and r_extra (Cfg B's seeds, 0.3 then 0.4) lead r_mid (0.2 then 0.3)
+    assert [row[:6] for row in rows[:3]] == ["Cfg B ", "Cfg B ", "Cfg A,"]

@@ -8,7 +8,7 @@
   let DATA = null;
   let SETTINGS = null;
   const MAX_WEIGHT = 0.999;
-  const READOUT_ROWS = 8; // the hover box lists this many lines, then "n more"
+  explorer.readoutRows = 8; // the hover box lists this many lines, then "n more"
   const POINT_LINES = 8; // faint per-epoch points are drawn while at most this many lines are
   const LABEL_ROOM = 44; // characters of a label in the charts: longer ones lose their middle, never their end
   const VL_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json";
@@ -511,7 +511,7 @@
     }
     const at = linesAt(section, x);
     const configs = grouped(section);
-    const shown = at.slice(0, READOUT_ROWS);
+    const shown = at.slice(0, explorer.readoutRows);
     const head = configs
       ? ["", "configuration", "IQM", "25th–75th", "seeds"]
       : ["", "run", "smoothed", "value", "snapshot model name"];
@@ -533,6 +533,13 @@
     box.hidden = false;
     placeReadout(section);
   }
+
+  /** The hover box at x, as its rows read (the tests' way to it without a pointer). */
+  explorer.readoutAt = (index, x) => {
+    const section = explorer.sections[index];
+    showReadout(section, x);
+    return [...section.readout.querySelectorAll("tbody tr")].map((tr) => tr.textContent.trim());
+  };
 
   function modelName(snapshotId) {
     return snapshotId === null || snapshotId === undefined ? "–" : SETTINGS.snapshot_model_prefix + snapshotId;
