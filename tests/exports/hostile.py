@@ -1,4 +1,5 @@
-"""Names that are markup in some export format, and a check that a rendering of Markdown holds none from data."""
+"""Names that are markup in some export format, and independent readings of the exports: Markdown rendered with HTML
+on, LaTeX text read back to its characters."""
 
 import re
 from html.parser import HTMLParser
@@ -49,3 +50,22 @@ def rendered(markdown: str) -> Elements:
 def shown(name: str) -> str:
     """What a reader sees of a name: its control characters as their escapes."""
     return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", name)
+
+
+# An independent reading of LaTeX text: each escape back to its character.
+LATEX_READING = {
+    r"\textbackslash{}": "\\",
+    r"\textasciitilde{}": "~",
+    r"\textasciicircum{}": "^",
+    r"\textless{}": "<",
+    r"\textgreater{}": ">",
+    r"\textbar{}": "|",
+    **{f"\\{c}": c for c in "&%$#_{}"},
+}
+
+
+def read_latex(text: str) -> str:
+    pattern = "|".join(re.escape(k) for k in sorted(LATEX_READING, key=len, reverse=True))
+    rest = re.sub(pattern, "", text)
+    assert not set(rest) & set("\\&%$#_{}~^<>|"), f"unescaped in {text!r}"  # nothing left a LaTeX special
+    return re.sub(pattern, lambda m: LATEX_READING[m.group()], text)

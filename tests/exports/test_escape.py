@@ -2,11 +2,10 @@
 characters, and none is markup."""
 
 import json
-import re
 import shlex
 
 import pytest
-from hostile import HOSTILE_NAMES, rendered, shown
+from hostile import HOSTILE_NAMES, read_latex, rendered, shown
 
 from pipelines.exports.escape import latex_text, md_code, md_text, shell_json_string, visible
 from pipelines.exports.report import table
@@ -30,25 +29,6 @@ def test_markdown_text_and_code_render_as_the_name_and_nothing_else(name):
 
 def test_control_characters_are_shown_as_their_escapes():
     assert visible("a\nb\tc\x7f") == "a\\x0ab\\x09c\\x7f"
-
-
-# An independent reading of LaTeX text: each escape back to its character.
-LATEX_READING = {
-    r"\textbackslash{}": "\\",
-    r"\textasciitilde{}": "~",
-    r"\textasciicircum{}": "^",
-    r"\textless{}": "<",
-    r"\textgreater{}": ">",
-    r"\textbar{}": "|",
-    **{f"\\{c}": c for c in "&%$#_{}"},
-}
-
-
-def read_latex(text: str) -> str:
-    pattern = "|".join(re.escape(k) for k in sorted(LATEX_READING, key=len, reverse=True))
-    rest = re.sub(pattern, "", text)
-    assert not set(rest) & set("\\&%$#_{}~^<>|"), f"unescaped in {text!r}"  # nothing left a LaTeX special
-    return re.sub(pattern, lambda m: LATEX_READING[m.group()], text)
 
 
 @pytest.mark.parametrize("name", [*HOSTILE_NAMES, CHARACTERS, "\\textbf{x}", "a\\\\b"])

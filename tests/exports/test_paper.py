@@ -7,9 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import epoch_document
-from hostile import HOSTILE_NAMES, rendered, shown
+from hostile import HOSTILE_NAMES, read_latex, rendered, shown
 from scipy import stats
-from test_escape import read_latex
 
 from pipelines.defs.exports.paper_tables import paper_files, table_stems
 from pipelines.exports.paper import configurations, latex_table, markdown_table
