@@ -31,6 +31,9 @@ def _step_on_worker(dependencies: list, sealed: bytes) -> list:
 
 def _executor_class():
     import dask.distributed
+
+    # Dagster's private helpers, as dagster-dask's own execute uses them: pyproject.toml bounds dagster-dask (and with
+    # it dagster) to the versions this was tested with.
     from dagster._core.errors import raise_execution_interrupts
     from dagster._utils import iterate_with_context
     from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements
