@@ -188,52 +188,21 @@ def growth_targets(results: dict[str, dict], add) -> None:
 
 def build_targets(label: str, scale: int | None, summary: dict, add) -> None:
     """The whole build's targets: against its references at 10x and 100x, its parts at every scale."""
+
+    def at_most(target: str, key: str, bar: float, unit: str, percent: bool = False) -> None:
+        value, times = summary[key], 100 if percent else 1
+        add(label, target, times * value, f"<= {times * bar:g}", value <= bar, unit)
+
     if scale == 10 and summary.get("build_vs_json") is not None:
-        add(
-            label,
-            "fresh whole build / 1-process json.loads read-and-decode",
-            summary["build_vs_json"],
-            f"<= {TARGET_BUILD_VS_JSON:g}",
-            summary["build_vs_json"] <= TARGET_BUILD_VS_JSON,
-            "x",
-        )
+        at_most("fresh whole build / 1-process json.loads read-and-decode", "build_vs_json", TARGET_BUILD_VS_JSON, "x")
     if scale is None or scale >= 100:
-        add(
-            label,
-            "fresh whole build / ingest alone (process wall)",
-            summary["build_vs_ingest"],
-            f"<= {TARGET_BUILD_VS_INGEST:g}",
-            summary["build_vs_ingest"] <= TARGET_BUILD_VS_INGEST,
-            "x",
-        )
-    if scale is None or scale >= 100:
+        at_most("fresh whole build / ingest alone (process wall)", "build_vs_ingest", TARGET_BUILD_VS_INGEST, "x")
         one_file_build_targets(label, summary, add)
     if scale is None or scale >= 10:
-        add(
-            label,
-            "ingest steps in the build / ingest alone",
-            summary["ingest_in_build"],
-            f"<= {TARGET_INGEST_IN_BUILD:g}",
-            summary["ingest_in_build"] <= TARGET_INGEST_IN_BUILD,
-            "x",
-        )
-    add(
-        label,
-        "bootstrap_means / fresh whole build",
-        100 * summary["bootstrap_share"],
-        f"<= {100 * TARGET_BOOTSTRAP_SHARE:g}",
-        summary["bootstrap_share"] <= TARGET_BOOTSTRAP_SHARE,
-        "%",
-    )
+        at_most("ingest steps in the build / ingest alone", "ingest_in_build", TARGET_INGEST_IN_BUILD, "x")
+    at_most("bootstrap_means / fresh whole build", "bootstrap_share", TARGET_BOOTSTRAP_SHARE, "%", percent=True)
     if "query_seconds" in summary:
-        add(
-            label,
-            'grpo-warehouse sql "select 1" (process wall, median)',
-            summary["query_seconds"],
-            f"<= {TARGET_QUERY_SECONDS:g}",
-            summary["query_seconds"] <= TARGET_QUERY_SECONDS,
-            "s",
-        )
+        at_most('grpo-warehouse sql "select 1" (process wall, median)', "query_seconds", TARGET_QUERY_SECONDS, "s")
 
 
 def one_file_build_targets(label: str, summary: dict, add) -> None:
