@@ -27,10 +27,7 @@ def configure(
 ):
     """The one configuration of a build: the given values (None: not given; parameters as NAME=VALUE texts), the
     environment for the rest, every value checked before any work starts (BuildError naming the first bad one)."""
-    from pipelines.heap import collections_paused
-
-    with collections_paused():
-        from pipelines.defs.resources import WarehouseConfig
+    from pipelines.defs.resources import WarehouseConfig
 
     if workers is not None and workers < 0:
         raise BuildError(f"--workers must be 0 (one per core) or more, not {workers}")
@@ -94,13 +91,9 @@ MAX_PARTITION_GAP = 25
 
 
 def _build_locked(config, full_scan: bool = False) -> list[str]:
-
-    from pipelines.heap import collections_paused, older_objects_set_aside
-
-    with collections_paused():
-        from pipelines.definitions import build_definitions
-        from pipelines.defs.ingest.partitions import partition_key
-        from pipelines.removals import removal_refusal
+    from pipelines.definitions import build_definitions
+    from pipelines.defs.ingest.partitions import partition_key
+    from pipelines.removals import removal_refusal
 
     started = time.perf_counter()
     if not config.releases:
@@ -124,18 +117,12 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     from pipelines.models import ModelError
 
     try:
-        with collections_paused():
-            definitions = build_definitions(config)
+        definitions = build_definitions(config)
     except ModelError as exc:  # a model of sql/ that cannot load: its file and why, on one line
         raise BuildError(str(exc)) from None
     persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     # The build database stays open from the first step to the last, not opened and checkpointed again by each.
-    with (
-        older_objects_set_aside(),
-        _instance(persistent, config.executor) as instance,
-        _planned_events_per_asset(not persistent),
-        config.hold_build_db(),
-    ):
+    with _instance(persistent, config.executor) as instance, config.hold_build_db():
         result = _run_job(
             definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)), persistent, config
         )
@@ -162,24 +149,6 @@ def _instance(persistent: bool, executor: str) -> Iterator:
         with tempfile.TemporaryDirectory(prefix="grpo-dagster-") as home:
             with dg.DagsterInstance.local_temp(home) as instance:
                 yield instance
-
-
-@contextmanager
-def _planned_events_per_asset(enabled: bool) -> Iterator[None]:
-    """While enabled, Dagster records one planned-materialization event per asset of a run over a partition range,
-    not one per partition and asset (its DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS switch): for a throwaway
-    instance, where nothing reads them after the build, 4 events a run partition fewer (1.5 ms of CPU each)."""
-    name = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
-    before = os.environ.get(name)
-    if enabled:
-        os.environ[name] = "true"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 # The build's runs log to the terminal in short lines (defs/loggers.py), never with a traceback.

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import sys
 import time
 from pathlib import Path
@@ -203,9 +201,6 @@ def run_build(args) -> int:
         args.release, args.registry, args.workers, args.warehouse, args.remove_release, args.param, args.lake
     )
     not_loading = build_warehouse(config, args.full_scan, args.wait)
-    # The interpreter's last collection, at exit, looks at every object still alive (a quarter of a second after a
-    # build at 100x) to free memory that goes back with the process anyway: set aside, they are left alone.
-    atexit.register(gc.freeze)
     if args.strict and not_loading:
         print(f"grpo-warehouse build: --strict: {'; '.join(not_loading)}", file=sys.stderr)
         return 1
