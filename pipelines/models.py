@@ -71,10 +71,14 @@ class SqlModel:
     columns_from: tuple[str, ...] = ()
     parameters: tuple[str, ...] = ()  # the parameters its SQL reads (getvariable), and those the macros read
 
-    def fingerprint(self, params: dict, upstream: list[str]) -> str:
-        """What its table is made from: its SQL, the macros, the parameters it reads, its inputs' fingerprints."""
+    def code_version(self, code: str) -> str:
+        """Its code version: its SQL, the macros, and code, the code version of what runs it (code_versions)."""
+        return digest(code, self.sql, FUNCTIONS_SQL)
+
+    def fingerprint(self, params: dict, upstream: list[str], code: str) -> str:
+        """What its table is made from: its code version, the parameters it reads, its inputs' fingerprints."""
         read = {name: params.get(name) for name in self.parameters}
-        return digest(self.sql, FUNCTIONS_SQL, read, sorted(upstream))
+        return digest(self.code_version(code), read, sorted(upstream))
 
 
 def digest(*parts) -> str:

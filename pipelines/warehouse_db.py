@@ -15,6 +15,7 @@ import duckdb
 import polars as pl
 from filelock import FileLock, Timeout
 
+from pipelines.code_versions import code_version
 from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
 from pipelines.lake.paths import RUN_TABLES, lake_files, lake_runs, table_stamps
 from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, real_location
@@ -46,7 +47,8 @@ LAKE_VIEWS = {
 }
 
 
-VIEWS_FORMAT = 2  # how create_lake_views writes a view's SQL: a change to it must remake views kept by older builds
+# How create_lake_views writes a view's SQL: a view kept by a build of other code is made again.
+VIEWS_VERSION = code_version(__name__)
 _GLOB_CHARACTERS = frozenset("*?[")
 
 
@@ -250,7 +252,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
         ).fetchall()
     }
     for view, schema in LAKE_VIEWS.items():
-        fingerprint = f"{VIEWS_FORMAT}:{real_location(lake_root(lake))}:{lake_fingerprint(lake, [view])}"
+        fingerprint = f"{VIEWS_VERSION}:{real_location(lake_root(lake))}:{lake_fingerprint(lake, [view])}"
         if made.get(view) == fingerprint and view in present:
             continue
         files = view_files(lake, view)

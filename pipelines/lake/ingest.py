@@ -21,11 +21,11 @@ from pipelines.lake.inventory import (
 )
 from pipelines.lake.manifest import (
     DEFAULT_QUIET_SECONDS,
-    LAKE_FORMAT,
     RunIngestResult,
     RunWork,
     compare_listing,
     ingest_result,
+    lake_version,
     read_manifest,
     settle_unchanged,
     stamps_record,
@@ -275,7 +275,7 @@ def _write_run(
     quarantined = sum(o.status == "quarantined" for o in outcomes.values())
     unsettled = quarantined + len(folders_without_document(current, {p: vars(o) for p, o in outcomes.items()}))
     manifest = {
-        "format": LAKE_FORMAT,
+        "code_version": lake_version(),
         "run_id": run_id,
         "release": listing.run.release,
         # Which folder of that name it came from: another folder of the same name is not where its runs went.

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from functools import cache
 
 import orjson
 import polars as pl
 
+from pipelines.code_versions import code_version, package_modules
 from pipelines.lake.inventory import folders_without_document, source_path_of
 from pipelines.lake.parquet import count_rows, write_text_atomically
 from pipelines.lake.paths import manifest_file, partition_file, stamps_file
@@ -16,7 +18,6 @@ from pipelines.lake.read import OVER_THE_LIMIT
 from pipelines.lake_store import LakePath, exists, lake_root
 from pipelines.parameters import DECLARED
 from pipelines.release.discover import (
-    LISTING_VERSION,
     OBJECT_SCHEME,
     EpochFile,
     RunFolder,
@@ -24,14 +25,19 @@ from pipelines.release.discover import (
     folders_unchanged,
 )
 
-LAKE_FORMAT = 4  # 2: the manifest records which extra columns hold JSON text; 3: files named by run_key;
-# 4: a per-trajectory extra of objects or lists is in the trajectories (it was an epoch's JSON text)
-
 # A run last written to (the latest ctime of its epoch files and folders) this long before it was listed is quiet:
 # its writer is done with it. A quiet run with no quarantined file and no problem entry is not listed again while its
 # folders keep the stamps they had then (see unchanged_by_stamps); a full scan lists it anyway. The configuration's
 # quiet_seconds sets the wait (0: at once; negative: never, every build lists every file).
 DEFAULT_QUIET_SECONDS = DECLARED["quiet_seconds"].default
+
+
+@cache
+def lake_version() -> str:
+    """The lake's code version (code_versions): of the modules of pipelines/lake/ and of what they import, the
+    listing, the decoder and the flattener among them. A manifest or stamps record made by other code is not trusted:
+    after a change to that code, or to a library writing its files, every run is parsed again."""
+    return code_version(*package_modules("pipelines.lake"))
 
 
 @dataclass
@@ -46,13 +52,13 @@ class RunIngestResult:
 
 
 def read_manifest(lake: LakePath, run_id: str) -> dict:
-    """A run's manifest as the lake last wrote it; {} when there is none, or it is unreadable or of another format."""
+    """A run's manifest as the lake last wrote it; {} when there is none, or it is unreadable or of other code."""
     path = manifest_file(lake, run_id)
     try:
         manifest = orjson.loads(path.read_bytes())  # orjson wrote it; read every build, for every run
     except (OSError, ValueError):
         return {}
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == LAKE_FORMAT else {}
+    return manifest if isinstance(manifest, dict) and manifest.get("code_version") == lake_version() else {}
 
 
 def _worth_retrying(outcome: dict, file: EpochFile, max_file_bytes: int) -> bool:
@@ -84,8 +90,7 @@ def stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_secon
     if quiet_seconds < 0 or listing.listed_at_ns - listing.changed_at_ns < quiet_seconds * 10**9:
         return None
     return {
-        "format": LAKE_FORMAT,
-        "listing": LISTING_VERSION,
+        "code_version": lake_version(),
         "release": listing.run.release,
         "rows": rows,
         "listed_at_ns": listing.listed_at_ns,
@@ -99,7 +104,7 @@ def _read_stamps(lake: LakePath, run_id: str) -> dict | None:
         record = orjson.loads(stamps_file(lake, run_id).read_bytes())
     except (OSError, ValueError):
         return None
-    if isinstance(record, dict) and record.get("format") == LAKE_FORMAT and record.get("listing") == LISTING_VERSION:
+    if isinstance(record, dict) and record.get("code_version") == lake_version():
         return record
     return None
 

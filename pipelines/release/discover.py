@@ -38,8 +38,6 @@ DOCUMENT_ORDER = (
     "names tried in order: epoch_NNN_results.json, results.json, metrics.json, then any other "
     "*.json holding an epoch document"
 )
-# Bumped when the listing recognises other files: a quiet run's stamps from another version are not trusted.
-LISTING_VERSION = 2
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 1.6 us to make, this one 0.2 (one per file listed)

@@ -5,24 +5,16 @@ import base64
 import dataclasses
 import hashlib
 import json
-import sys
-from importlib.metadata import version
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
 import polars as pl
 
+from pipelines.code_versions import code_version
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.exports import escape as escape_module
 from pipelines.exports import explorer as explorer_module
-from pipelines.exports import figure as figure_module
-from pipelines.exports import figure_panels as figure_panels_module
-from pipelines.exports import figure_series as figure_series_module
-from pipelines.exports import files as files_module
-from pipelines.exports import report as report_module
 from pipelines.exports import run_notes
-from pipelines.exports import state as state_module
 from pipelines.exports.escape import md_text
 from pipelines.exports.explorer import (
     ExplorerSettings,
@@ -108,29 +100,12 @@ EXPLORER_QUERIES = {
 PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the event log
 
 
-def _code_version() -> str:
-    """The exports' own code and the libraries that make their bytes: a change to any of them renders again."""
-    libraries = f"matplotlib {version('matplotlib')} polars {pl.__version__} {library_versions()}"
-    digest = hashlib.sha256(libraries.encode())
-    modules = (
-        figure_module,
-        figure_panels_module,
-        figure_series_module,
-        files_module,
-        report_module,
-        run_notes,
-        escape_module,
-        state_module,
-        explorer_module,
-    )
-    for module in (*modules, sys.modules[__name__]):
-        digest.update(Path(module.__file__).read_bytes())
-    for asset in sorted(explorer_module.ASSETS.iterdir()):
-        digest.update(asset.name.encode() + asset.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-CODE_VERSION = _code_version()
+# The exports' code (code_versions): this module, the exports' modules it imports, the explorer's style and script,
+# and the libraries that make their bytes (matplotlib, polars, ...) and the charting library bundled in the pages.
+# A change to any of them makes the figures, the report and the pages again.
+CODE_VERSION = hashlib.sha256(
+    f"{code_version(__name__, files=sorted(explorer_module.ASSETS.iterdir()))} {library_versions()}".encode()
+).hexdigest()[:16]
 
 
 def exports_dir(warehouse: WarehouseConfig) -> Path:
@@ -321,6 +296,7 @@ def report_failures(context: dg.AssetExecutionContext, failures: dict[str, str])
 @dg.asset(
     deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
+    code_version=CODE_VERSION,
     kinds={"matplotlib", "png", "svg"},
 )
 def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
@@ -393,6 +369,7 @@ def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rew
 @dg.asset(
     deps=[dg.AssetKey(name) for name in EXPORTED_TABLES],
     group_name=GROUP,
+    code_version=CODE_VERSION,
     kinds={"csv", "parquet"},
 )
 def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
@@ -485,6 +462,7 @@ def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
 @dg.asset(
     deps=[dg.AssetKey(name) for name in REPORT_INPUTS] + [ablation_figures.key],
     group_name=GROUP,
+    code_version=CODE_VERSION,
     kinds={"markdown"},
 )
 def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
@@ -567,6 +545,7 @@ def write_explorer_pages(
 @dg.asset(
     deps=[dg.AssetKey(name) for name in EXPLORER_INPUTS],
     group_name=GROUP,
+    code_version=CODE_VERSION,
     kinds={"html", "vega"},
 )
 def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:

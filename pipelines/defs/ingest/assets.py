@@ -8,10 +8,11 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from pipelines.code_versions import code_version
 from pipelines.defs.ingest.partitions import THROWAWAY_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
-from pipelines.lake.manifest import RunIngestResult
+from pipelines.lake.manifest import RunIngestResult, lake_version
 from pipelines.lake.parquet import count_rows, parquet_schema, read_parquet, write_atomically
 from pipelines.lake.paths import gone_runs, lake_runs, partition_file, remove_run
 from pipelines.lake.runs import ingest_runs
@@ -19,6 +20,8 @@ from pipelines.lake_store import LakePath, file_stamp
 from pipelines.release.registry import build_dim_runs, unmatched_registry_rows
 from pipelines.removals import check_removals
 
+# The release tables are made again by every scan (and written when they differ): their code version is this module's.
+CODE_VERSION = code_version(__name__)
 PROGRESS_SECONDS = 1.0  # at most one progress line a second from run_lake, besides the first, last and troubled
 RUN_TABLES = {
     "epochs": "One row per loaded epoch document, scalar extras as columns.",
@@ -80,7 +83,13 @@ def release_problems(root_entries: list, problems: list[str], unused_rows: list[
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(["lake", name], description=text, kinds={"parquet"}, group_name="ingest")
+        dg.AssetSpec(
+            ["lake", name],
+            description=text,
+            kinds={"parquet"},
+            group_name="ingest",
+            code_version=CODE_VERSION,
+        )
         for name, text in RELEASE_TABLES.items()
     ],
 )
@@ -119,7 +128,14 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(["lake", name], description=text, kinds={"parquet", "polars"}, group_name="ingest")
+        # The lake's own code version, which its manifests record: partitions of other code are parsed again.
+        dg.AssetSpec(
+            ["lake", name],
+            description=text,
+            kinds={"parquet", "polars"},
+            group_name="ingest",
+            code_version=lake_version(),
+        )
         for name, text in RUN_TABLES.items()
     ],
     partitions_def=run_partitions,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.code_versions import code_version
 from pipelines.defs.ingest import assets as ingest_assets
 from pipelines.defs.ingest.partitions import REFRESHES_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
@@ -16,7 +17,9 @@ from pipelines.lake.runs import select_runs
 from pipelines.release.discover import find_run_folders, release_problem
 from pipelines.removals import removal_refusal
 
-CURSOR_FORMAT = 3  # 3: the tick and a digest per run with files still being written; per-file state is the lake's
+# The cursor: the tick and a digest per run with files still being written (per-file state is the lake's). One
+# written by other code (code_versions) is not read: the sensor starts afresh.
+CURSOR_FORMAT = code_version(__name__)
 # Keys, not the asset objects: a module-level asset here would be loaded a second time from this module.
 RUN_LAKE_KEYS = sorted(ingest_assets.run_lake.keys)
 RELEASE_KEYS = sorted(ingest_assets.release_runs.keys)

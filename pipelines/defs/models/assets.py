@@ -1,6 +1,5 @@
 """Turns every SQL model under sql/ into an asset whose dependencies come from the SQL itself."""
 
-import hashlib
 import warnings
 from contextlib import nullcontext
 from datetime import timedelta
@@ -9,6 +8,7 @@ from typing import NamedTuple
 import dagster as dg
 import duckdb
 
+from pipelines.code_versions import code_version
 from pipelines.defs.models.checks import Rewritten, check_specs, declared_checks, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake.paths import RUN_TABLES
@@ -49,6 +49,9 @@ from pipelines.warehouse_db import (
 DUCKDB_POOL = "duckdb_writer"
 PUBLISHED_BY_CRON = "0 5 * * *"  # two hours after the nightly refresh starts
 MODELS = load_models(SQL_DIR, frozenset(LAKE_VIEWS))
+# The code that makes the tables (code_versions): this module and what it imports, the runner, the lake views, the
+# checks and the functions the SQL calls among them, and DuckDB's version. A table made by other code is made again.
+MODELS_CODE = code_version(__name__)
 
 
 def column_schema(model: SqlModel, found: list[tuple[str, str]] | None = None) -> dg.TableSchema:
@@ -122,7 +125,7 @@ def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, 
         else:
             whole.append(lake_fingerprint(lake, [table]))
     keys = sorted(set().union(*per_key))
-    return model.fingerprint(params, whole), {k: "|".join(s.get(k, "") for s in per_key) for k in keys}
+    return model.fingerprint(params, whole, MODELS_CODE), {k: "|".join(s.get(k, "") for s in per_key) for k in keys}
 
 
 def _prepare(con, model: SqlModel, params: dict, lake) -> None:
@@ -192,7 +195,7 @@ def refresh_model(
             upstream = [model_fingerprint(con, dep) or "missing" for dep in model.model_deps]
             if model.lake_deps:
                 upstream.append(lake_fingerprint(lake, model.lake_deps))
-            fingerprint = model.fingerprint(params, upstream)
+            fingerprint = model.fingerprint(params, upstream, MODELS_CODE)
             done = (
                 "kept" if _exists(con, model.name) and model_fingerprint(con, model.name) == fingerprint else "rebuilt"
             )
@@ -243,7 +246,7 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
         group_name="models",
         kinds={"duckdb", "sql"},
         tags={"layer": model.layer},
-        code_version=hashlib.sha256(model.sql.encode()).hexdigest()[:12],
+        code_version=model.code_version(MODELS_CODE),
         metadata={
             "sql_file": str(model.path.relative_to(SQL_DIR.parent)),
             "dagster/column_schema": column_schema(model),
@@ -291,6 +294,7 @@ model_assets = [build_model_asset(model) for model in MODELS.values()]
     deps=[dg.AssetKey(name) for name in MODELS],
     group_name="exports",
     kinds={"duckdb"},
+    code_version=MODELS_CODE,
     pool=DUCKDB_POOL,
     # The nightly refresh (03:00 UTC) publishes it, or finds it up to date, every night.
     freshness_policy=dg.FreshnessPolicy.cron(deadline_cron=PUBLISHED_BY_CRON, lower_bound_delta=timedelta(hours=2)),
@@ -299,8 +303,8 @@ def warehouse_duckdb(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     """The published warehouse.duckdb: every model's table, swapped in atomically for readers."""
     with warehouse.build_db(read_only=True) as con:
         state = dict(con.execute(f"select model, fingerprint from {BOOKKEEPING}.model_state order by model").fetchall())
-    # The storage version too: the same tables written in another one are another file.
-    fingerprint = digest(state, warehouse.duckdb_storage_version)
+    # The storage version too: the same tables written in another one are another file; and the code that copies them.
+    fingerprint = digest(state, warehouse.duckdb_storage_version, MODELS_CODE)
     target = published_path(warehouse.warehouse)
     published = publish_if_changed(warehouse.warehouse, fingerprint, MODELS, warehouse.duckdb_storage_version)
     if published:

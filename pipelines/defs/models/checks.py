@@ -24,12 +24,12 @@ import math
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import dagster as dg
 import duckdb
 
+from pipelines.code_versions import code_version
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import SqlModel, keys_filter, rows_of_keys, sql_identifier, transaction
 from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints
@@ -343,7 +343,8 @@ def check_specs(model: str, declared: tuple[ModelCheck, ...] = ()) -> list[dg.As
     ]
 
 
-CODE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+# The checks' code (code_versions): a stored result of other code is not emitted again.
+CODE_VERSION = code_version(__name__)
 _METADATA_KINDS = {
     dg.IntMetadataValue: "int",
     dg.FloatMetadataValue: "float",
