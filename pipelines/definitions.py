@@ -20,7 +20,10 @@ ANY_DEPS_CHANGED = dg.AutomationCondition.any_deps_match(
     (dg.AutomationCondition.data_version_changed() & ~dg.AutomationCondition.executed_with_root_target())
     | dg.AutomationCondition.will_be_requested()
 ).with_label("any_deps_changed")
-ON_CHANGE = dg.AutomationCondition.eager().replace("any_deps_updated", ANY_DEPS_CHANGED)
+# And a new code version (code_versions): after a change to the code that makes them, they are made again.
+ON_CHANGE = dg.AutomationCondition.eager().replace(
+    "any_deps_updated", ANY_DEPS_CHANGED | dg.AutomationCondition.code_version_changed()
+)
 
 
 # Who answers for the data, and which domain of it an asset belongs to, by group: the catalog filters on both.
@@ -43,7 +46,8 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=AUTOMATION_INTERVAL_SECONDS,
     description=f"Every {AUTOMATION_INTERVAL_SECONDS} s, requests the SQL models and exports whose inputs changed "
-    "(a new data version upstream): an upstream materialization that changed nothing requests nothing.",
+    "(a new data version upstream) or whose code changed (a new code version): an upstream materialization that "
+    "changed nothing requests nothing.",
     run_tags={REFRESHES_TAG: "the models and exports whose inputs changed"},
 )
 

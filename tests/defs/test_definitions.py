@@ -77,3 +77,32 @@ def test_downstream_follows_a_new_data_version_only(partitioned):
         materialize_upstream()
         third = dg.evaluate_automation_conditions(defs=[upstream, downstream], instance=instance, cursor=second.cursor)
         assert third.get_requested_partitions(downstream.key) == {None}
+
+
+def test_an_asset_whose_code_version_changed_is_requested():
+    """After a change to the code that makes a model or an export (a new code version), the automation requests it,
+    its inputs unchanged; the same code requests nothing."""
+    from pipelines.definitions import ON_CHANGE
+
+    @dg.asset
+    def upstream() -> None:
+        pass
+
+    def downstream_of(code: str):
+        @dg.asset(deps=[upstream], automation_condition=ON_CHANGE, code_version=code)
+        def downstream() -> None:
+            pass
+
+        return downstream
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert dg.materialize([upstream, downstream_of("a")], instance=instance).success
+        first = dg.evaluate_automation_conditions(defs=[upstream, downstream_of("a")], instance=instance)
+        same = dg.evaluate_automation_conditions(
+            defs=[upstream, downstream_of("a")], instance=instance, cursor=first.cursor
+        )
+        assert same.total_requested == 0
+        changed = dg.evaluate_automation_conditions(
+            defs=[upstream, downstream_of("b")], instance=instance, cursor=same.cursor
+        )
+        assert changed.get_requested_partitions(dg.AssetKey("downstream")) == {None}
