@@ -1,10 +1,10 @@
 """Per ablation, a Markdown and a LaTeX table of its configurations for a paper, under <warehouse>/exports/tables."""
 
 import hashlib
-from pathlib import Path
 
 import dagster as dg
 
+from pipelines.code_versions import code_version
 from pipelines.defs.exports.assets import (
     CODE_VERSION,
     GROUP,
@@ -24,7 +24,8 @@ from pipelines.exports.state import export_fingerprint, kept_entry, record, reco
 
 TABLES = "tables"
 PAPER_INPUTS = ("dim_runs", "run_summary")
-PAPER_CODE = hashlib.sha256((CODE_VERSION + Path(paper.__file__).read_text() + Path(__file__).read_text()).encode())
+# This module's code version (code_versions): the paper tables' code, the exports' it imports, their libraries.
+PAPER_CODE = code_version(__name__)
 
 
 def table_stems(ablations: list[str | None]) -> dict[str | None, str]:
@@ -49,10 +50,15 @@ def paper_files(runs, summary, level: float) -> dict[str, bytes]:
     return files
 
 
-@dg.asset(deps=[dg.AssetKey(name) for name in PAPER_INPUTS], group_name=GROUP, kinds={"markdown", "latex"})
+@dg.asset(
+    deps=[dg.AssetKey(name) for name in PAPER_INPUTS],
+    group_name=GROUP,
+    kinds={"markdown", "latex"},
+    code_version=PAPER_CODE,
+)
 def paper_tables(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
     """Per ablation, a Markdown and a LaTeX table of its configurations: seeds, matched reward, interval, IQM."""
-    params = {"ci_level": warehouse.ci_level, "code": PAPER_CODE.hexdigest()[:16]}
+    params = {"ci_level": warehouse.ci_level, "code": PAPER_CODE}
     folder, name = exports_dir(warehouse), paper_tables.key.to_user_string()
     entry = kept_entry(folder, name, inputs_fingerprint(warehouse, PAPER_INPUTS, params))
     if entry:
