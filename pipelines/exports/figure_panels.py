@@ -36,7 +36,7 @@ FIGURE_WIDTH = 14  # inches
 PANELS_HEIGHT = 6.7  # inches: the title and the panels; the legend below them adds its own height
 FIGURE_DPI = 150
 LEGEND_COLUMNS = 4  # at most; fewer where the labels would not fit across the figure
-LABEL_CHARACTERS = 48  # a longer legend label wraps onto a second line
+LABEL_CHARACTERS = 80  # a longer legend label wraps onto more lines (a column of it still fits across the figure)
 # Past this many lines (runs, or configurations), colours go by reward family and single runs lose their per-epoch
 # points and bands: a legend entry per line, or those marks, would hide the curves.
 CROWDED = len(PALETTE)

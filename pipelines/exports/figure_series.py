@@ -9,6 +9,8 @@ from statistics import NormalDist
 
 import polars as pl
 
+from pipelines.exports.configurations import configuration_name, iqm
+
 NEEDED_EPOCH_COLUMNS = [
     "run_id",
     "epoch",
@@ -113,8 +115,8 @@ def with_bands(epochs: pl.DataFrame, smoothing: Smoothing) -> pl.DataFrame:
 
 
 def interquartile_mean(column: str) -> pl.Expr:
-    """The mean of a group's middle values, after dropping floor(n/4) of its n values at each end (rliable's IQM, as
-    ablation_contrasts computes it over an arm's runs); the plain mean below four values."""
+    """The mean of a group's middle values, after dropping floor(n/4) of its n values at each end: configurations.iqm
+    as an expression, for every epoch of every configuration at once; the plain mean below four values."""
     n = pl.len()
     rank = pl.col(column).rank("ordinal")
     return pl.col(column).filter((rank > n // 4) & (rank <= n - n // 4)).mean()
@@ -128,27 +130,19 @@ def printable(name: str) -> str:
 
 def configurations(members: pl.DataFrame) -> pl.DataFrame:
     """One row per configuration (dim_runs' `arm`; each run its own where the column is missing or null), in arm
-    order: its name (the label its runs share, else the arm), its runs in run_id order, and its reward family (the
-    first its runs name, or null)."""
-    runs = members.with_columns(
+    order: its name (configuration_name), its runs in run_id order, and its reward family (the first its runs name,
+    or null)."""
+    runs = members.sort("run_id").with_columns(
         arm=pl.coalesce("arm", "run_id") if "arm" in members.columns else pl.col("run_id"),
-        label=pl.coalesce("label", "run_id"),
         reward_family=pl.col("reward_family") if "reward_family" in members.columns else pl.lit(None, pl.String),
     )
     grouped = (
-        runs.sort("run_id")
-        .group_by("arm")
-        .agg(
-            pl.col("run_id").alias("runs"),
-            pl.col("label").unique().alias("labels"),
-            pl.col("reward_family").drop_nulls().first(),
-        )
+        runs.group_by("arm")
+        .agg(pl.col("run_id").alias("runs"), pl.col("reward_family").drop_nulls().first())
         .sort("arm")
     )
-    names = [
-        printable(labels[0] if len(labels) == 1 else arm)
-        for arm, labels in zip(grouped["arm"], grouped["labels"], strict=True)
-    ]
+    of_arm = runs.partition_by("arm", as_dict=True)
+    names = [printable(configuration_name(arm, of_arm[(arm,)])) for arm in grouped["arm"]]
     return grouped.select("arm", pl.Series("name", names, pl.String), "runs", "reward_family")
 
 
@@ -179,16 +173,17 @@ def across_seeds(data: pl.DataFrame, configs: pl.DataFrame) -> pl.DataFrame:
 
 
 def matched_across_seeds(summary: pl.DataFrame, configs: pl.DataFrame) -> dict[str, float]:
-    """Per configuration, the IQM of its runs' finite matched rewards (none: left out)."""
+    """Per configuration, the IQM of its runs' finite matched rewards (as the paper tables give it; none: left out)."""
     arm_of = configs.select("arm", pl.col("runs").alias("run_id")).explode("run_id")
     rewards = (
         summary.select("run_id", reward=finite("matched_reward"))
         .drop_nulls("reward")
         .unique("run_id", keep="first", maintain_order=True)
         .join(arm_of, on="run_id", how="inner")
+        .group_by("arm")
+        .agg("reward")
     )
-    grouped = rewards.group_by("arm").agg(interquartile_mean("reward").alias("iqm"))
-    return dict(zip(grouped["arm"].to_list(), grouped["iqm"].to_list(), strict=True))
+    return {arm: iqm(values) for arm, values in rewards.rows()}
 
 
 def run_colours(run_ids: list[str]) -> dict[str, str]:

@@ -7,19 +7,12 @@ import math
 import numpy as np
 import polars as pl
 
+from pipelines.exports.configurations import configuration_name, iqm
 from pipelines.exports.escape import latex_text, md_code, md_text
 from pipelines.exports.report import MISSING, interval, num, table
 from pipelines.stats.intervals import interval_quantile
 
 ONE_SEED_MARK = "†"
-
-
-def iqm(values: list[float]) -> float | None:
-    """The interquartile mean: the mean of the values left after dropping floor(n/4) at each end, as rliable's."""
-    ordered = sorted(values)
-    cut = len(ordered) // 4
-    middle = ordered[cut : len(ordered) - cut]
-    return float(np.mean(middle)) if middle else None
 
 
 def configurations(runs: pl.DataFrame, summary: pl.DataFrame, level: float) -> pl.DataFrame:
@@ -32,12 +25,10 @@ def configurations(runs: pl.DataFrame, summary: pl.DataFrame, level: float) -> p
     for (ablation, arm), group in joined.group_by(["ablation", "arm"], maintain_order=True):
         scored = group.filter(pl.col("matched_reward").is_not_null() & pl.col("matched_reward").is_finite())
         values = scored["matched_reward"].to_list()
-        own = group.filter(pl.col("run_id") == arm)
-        named = own if own.height else group if group.height == 1 else None
         row = {
             "ablation": ablation,
             "arm": arm,
-            "configuration": named["label"][0] if named is not None and named["label"][0] else arm,
+            "configuration": configuration_name(arm, group),
             "runs": group.height,
             "scored": len(values),
             "matched_horizon": group["matched_horizon"].min(),

@@ -16,12 +16,13 @@ from pipelines.exports.figure import Smoothing, ablation_figure, render
 from pipelines.exports.figure_series import PALETTE, shade
 
 SVG = "{http://www.w3.org/2000/svg}"
-# run -> (arm, label, epochs): cfg_a's seeds share a label, cfg_b's do not (its name is the arm); c is alone.
-# a_s2 stops after 3 epochs (2 of 3 seeds go on: drawn); three of cfg_b's four after 2 (1 of 4 goes on: not drawn).
+# run -> (arm, label, epochs): configuration a is named by the label of its run named like the arm, cfg_b by its arm
+# (no run is named so), c by its one run's label. a_s2 stops after 3 epochs (2 of 3 seeds go on: drawn); three of
+# cfg_b's four after 2 (1 of 4 goes on: not drawn).
 SEEDS = {
-    "a_s0": ("cfg_a", "Config A", 6),
-    "a_s1": ("cfg_a", "Config A", 6),
-    "a_s2": ("cfg_a", "Config A", 3),
+    "a": ("a", "Config A", 6),
+    "a_s1": ("a", "Config A · seed 1", 6),
+    "a_s2": ("a", "Config A · seed 2", 3),
     "b_s0": ("cfg_b", "b seed 0", 6),
     "b_s1": ("cfg_b", "b seed 1", 2),
     "b_s2": ("cfg_b", "b seed 2", 2),
@@ -71,8 +72,8 @@ def draw_seeds(seeds):
 def test_the_legend_names_configurations_with_their_seeds(seeds):
     fig = draw_seeds(seeds)
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "Solo C (1 seed)",
         "Config A (3 seeds)",
+        "Solo C (1 seed)",
         "cfg_b (4 seeds)",
     ]
     assert fig.get_suptitle().startswith("Ablation “abl”: 3 configurations, 8 runs")
@@ -88,7 +89,7 @@ def test_one_colour_per_configuration_on_every_mark(seeds):
         for h in fig.legends[0].legend_handles
     ]
     colours = {}
-    for arm in ("c", "cfg_a", "cfg_b"):
+    for arm in ("a", "c", "cfg_b"):
         runs = [run for run, (of, _, _) in SEEDS.items() if of == arm]
         artists = [by_gid(reward, "seed")[r] for r in runs] + [by_gid(reward, "matched_seed")[r] for r in runs]
         artists += [by_gid(reward, "centre")[arm], by_gid(reward, "matched")[arm], by_gid(zero, "zero_std")[arm]]
@@ -98,7 +99,7 @@ def test_one_colour_per_configuration_on_every_mark(seeds):
     assert list(colours.values()) == legend_colours
     assert len(set(colours.values())) == 3
     # The band of the seeds' spread where a configuration has 2+ seeds, none for the configuration of one run.
-    assert sorted(by_gid(reward, "spread")) == ["cfg_a", "cfg_b"]
+    assert sorted(by_gid(reward, "spread")) == ["a", "cfg_b"]
     assert not [gid for gid in by_gid(reward, "") if gid.startswith(("ema:", "raw:", "band:"))]
 
 
@@ -108,9 +109,7 @@ def _per_epoch(seeds, arm: str, column: str) -> dict[int, list[float]]:
     return dict(zip(frame["epoch"].to_list(), frame[column].to_list(), strict=True))
 
 
-@pytest.mark.parametrize(
-    ("arm", "epochs"), [("cfg_a", [0, 1, 2, 3, 4, 5]), ("cfg_b", [0, 1]), ("c", [0, 1, 2, 3, 4, 5])]
-)
+@pytest.mark.parametrize(("arm", "epochs"), [("a", [0, 1, 2, 3, 4, 5]), ("cfg_b", [0, 1]), ("c", [0, 1, 2, 3, 4, 5])])
 def test_the_line_is_the_iqm_across_seeds_and_the_band_their_quartiles(seeds, arm, epochs):
     # scipy's trim_mean(·, 0.25) (rliable's IQM) and numpy's percentiles are the references; an epoch fewer than
     # half a configuration's seeds reached is not drawn.
@@ -136,7 +135,7 @@ def test_the_line_is_the_iqm_across_seeds_and_the_band_their_quartiles(seeds, ar
 def test_the_matched_diamond_is_the_iqm_of_the_seeds_matched_rewards(seeds):
     fig = draw_seeds(seeds)
     matched = dict(zip(seeds["summary"]["run_id"], seeds["summary"]["matched_reward"], strict=True))
-    for arm in ("c", "cfg_a", "cfg_b"):
+    for arm in ("a", "c", "cfg_b"):
         rewards = [matched[run] for run, (of, _, _) in SEEDS.items() if of == arm]
         diamond = by_gid(fig.axes[0], "matched")[arm]
         assert list(diamond.get_xydata()[0]) == pytest.approx([1, trim_mean(rewards, 0.25)])
@@ -147,9 +146,9 @@ def test_the_matched_diamond_is_the_iqm_of_the_seeds_matched_rewards(seeds):
 def test_the_svg_names_the_configurations_and_draws_each_in_its_colour(seeds):
     svg = ET.fromstring(render(draw_seeds(seeds), "svg"))
     words = {"".join(el.itertext()) for el in svg.iter(f"{SVG}text")}
-    assert {"Solo C (1 seed)", "Config A (3 seeds)", "cfg_b (4 seeds)"} <= words
+    assert {"Config A (3 seeds)", "Solo C (1 seed)", "cfg_b (4 seeds)"} <= words
     groups = {el.get("id"): el for el in svg.iter(f"{SVG}g")}
-    for arm, colour in zip(("c", "cfg_a", "cfg_b"), PALETTE, strict=False):
+    for arm, colour in zip(("a", "c", "cfg_b"), PALETTE, strict=False):
         (path,) = groups[f"centre:{arm}"].iter(f"{SVG}path")
         assert f"stroke: {colour.lower()}" in path.get("style")
 
