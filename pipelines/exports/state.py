@@ -56,6 +56,17 @@ def recorded_metadata(folder: Path, name: str) -> dict:
     return metadata if isinstance(metadata, dict) else {}
 
 
+def remove_gone(folder: Path, name: str, files: list[str]) -> list[str]:
+    """Removes the files an export recorded writing that it writes no more (relative paths), and returns them. Only
+    recorded files: the exports folder may hold the user's own, which no build removes."""
+    entry = _load(folder).get(name)
+    recorded = entry.get("files") if isinstance(entry, dict) else None
+    gone = sorted(set(recorded if isinstance(recorded, dict) else ()) - set(files))
+    for relative in gone:
+        (Path(folder) / relative).unlink(missing_ok=True)
+    return gone
+
+
 def still_there(folder: Path, sizes: dict[str, int]) -> bool:
     """Whether files written earlier (relative path -> size then) are all still there at that size; a file the user
     deleted or replaced is written again."""
@@ -85,13 +96,11 @@ def record(
     # the exports may run in parallel steps: read-modify-write of the shared file under a lock
     with FileLock(folder / f"{STATE_NAME}.lock"):
         state = dict(_load(folder))
-        if fingerprint is None:
-            state.pop(name, None)
-        else:
-            state[name] = {
-                "fingerprint": fingerprint,
-                "files": {relative: (folder / relative).stat().st_size for relative in sorted(files)},
-                "data_version": data_version,
-                "metadata": metadata,
-            }
+        # Also with no fingerprint (rendered again next time): the files are recorded, so that one gone can be removed.
+        state[name] = {
+            "fingerprint": fingerprint,
+            "files": {relative: (folder / relative).stat().st_size for relative in sorted(files)},
+            "data_version": data_version,
+            "metadata": metadata,
+        }
         write_if_changed(folder / STATE_NAME, json.dumps(state, sort_keys=True, indent=1).encode())

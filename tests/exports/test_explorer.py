@@ -270,11 +270,15 @@ def explorer_build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataF
 
 
 def test_the_asset_writes_only_changed_pages_and_removes_stale_ones(tmp_path, tables):
+    folder = tmp_path / "exports" / "explorer"
+    (folder / "ablations").mkdir(parents=True)
+    users = ["old.html", "ablations/mine.html"]  # the user's pages beside the explorer's: no build removes them
+    for page in users:
+        (folder / page).write_text("<p>the user's own page</p>")
     write_build_db(tmp_path, explorer_build_tables(many_ablations(tables)))
     first = materialize(tmp_path)
-    folder = tmp_path / "exports" / "explorer"
-    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.html"))[-1] == "index.html"
-    assert len(list((folder / "ablations").glob("*.html"))) == 5
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.html"))[-2] == "index.html"
+    assert len(list((folder / "ablations").glob("*.html"))) == 5 + 1
     metadata = first.get_asset_materialization_events()[0].materialization.metadata
     assert metadata["open"].value == (folder / "index.html").as_uri()
     assert metadata["grpo/rewritten"].value == 7
@@ -287,7 +291,8 @@ def test_the_asset_writes_only_changed_pages_and_removes_stale_ones(tmp_path, ta
 
     write_build_db(tmp_path, explorer_build_tables(tables))  # two ablations: one page again
     materialize(tmp_path)
-    assert [p.relative_to(folder).as_posix() for p in folder.rglob("*.html")] == ["index.html"]
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.html")) == sorted(["index.html", *users])
+    assert all((folder / page).read_text() == "<p>the user's own page</p>" for page in users)
     assert [a["name"] for a in page_data((folder / "index.html").read_bytes())["ablations"]] == ["abl", "other"]
 
 

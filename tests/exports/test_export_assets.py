@@ -88,6 +88,11 @@ def test_exports_land_and_an_unchanged_rebuild_rewrites_nothing(tmp_path, tables
 
 
 def test_a_changed_table_rewrites_its_exports_and_drops_stale_figures(tmp_path, tables):
+    figures = tmp_path / "exports" / "figures"
+    figures.mkdir(parents=True)
+    users = {figures / "paper_fig1.png": b"the user's own figure", figures / "other_old.svg": b"<svg/>"}
+    for path, content in users.items():  # the user's files beside the figures: no build removes them
+        path.write_bytes(content)
     write_build_db(tmp_path, build_tables(tables))
     materialize(tmp_path)
     changed = {
@@ -98,7 +103,8 @@ def test_a_changed_table_rewrites_its_exports_and_drops_stale_figures(tmp_path, 
     write_build_db(tmp_path, build_tables(changed))
     result = materialize(tmp_path)
     assert rewritten(result)["report"] is True
-    assert sorted(p.name for p in (tmp_path / "exports" / "figures").iterdir()) == ["abl.png", "abl.svg"]
+    assert sorted(p.name for p in figures.iterdir()) == ["abl.png", "abl.svg", "other_old.svg", "paper_fig1.png"]
+    assert {path: path.read_bytes() for path in users} == users
     assert "Ablation `other`" not in (tmp_path / "exports" / "report.md").read_text()
 
 

@@ -43,7 +43,14 @@ from pipelines.exports.report import (
     render_report_and_headlines,
     section_parts,
 )
-from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, still_there
+from pipelines.exports.state import (
+    export_fingerprint,
+    kept_entry,
+    record,
+    recorded_metadata,
+    remove_gone,
+    still_there,
+)
 from pipelines.warehouse_db import model_fingerprints
 
 GROUP = "exports"
@@ -333,9 +340,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     )
     drawn, files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
     written = [name for name, content in drawn.items() if write_if_changed(folder / name, content)]
-    stale = [p for p in folder.glob("*") if p.suffix in (".png", ".svg") and p.name not in files]
-    for path in stale:
-        path.unlink()
+    stale = remove_gone(exports, ablation_figures.key.to_user_string(), [f"{FIGURES}/{name}" for name in files])
     failures = figure_failures(ablations)
     context.log.info(
         f"{len(ablations)} ablation(s), {len(jobs) - len(failures)} drawn, {len(failures)} not drawn, the others' "
@@ -570,9 +575,7 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
     pages = page_digests(explorer_contents(ExplorerTables(**tables), settings), library)
     before = recorded_metadata(exports, name).get("page_digests", {})
     written = write_explorer_pages(folder, pages, before, library)
-    stale = [path for path in folder.rglob("*.html") if path.relative_to(folder).as_posix() not in pages]
-    for path in stale:
-        path.unlink()
+    stale = remove_gone(exports, name, [f"{EXPLORER}/{page}" for page in pages])
     sizes = {page: (folder / page).stat().st_size for page in pages}
     size = sum(sizes.values())
     context.log.info(

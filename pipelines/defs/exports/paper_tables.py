@@ -20,7 +20,7 @@ from pipelines.exports import paper
 from pipelines.exports.figure import file_stem
 from pipelines.exports.files import write_if_changed
 from pipelines.exports.report import ordered_ablations
-from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata
+from pipelines.exports.state import export_fingerprint, kept_entry, record, remove_gone
 
 TABLES = "tables"
 PAPER_INPUTS = ("dim_runs", "run_summary")
@@ -73,10 +73,7 @@ def paper_tables(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
     )
     files = paper_files(tables["runs"], tables["summary"], warehouse.ci_level)
     written = [path for path, content in files.items() if write_if_changed(folder / path, content)]
-    # Only this export's own files of an ablation gone are removed: the folder may hold the user's.
-    gone = set(recorded_metadata(folder, name).get("files", [])) - set(files)
-    for path in gone:
-        (folder / path).unlink(missing_ok=True)
+    gone = remove_gone(folder, name, list(files))
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten, {len(gone)} of gone ablations removed")
     version = content_version(file_hashes(files))
     record(
