@@ -282,3 +282,25 @@ def test_after_runs_are_computed_again_a_per_run_check_looks_at_their_rows_when_
     # rebuilt whole (no rewritten runs): every row
     table("f4", [("a", 0), ("a", 0), ("b", 0), ("b", 0)])
     assert duplicates() == ["a", "b"]
+
+
+def test_each_check_runs_the_query_its_stored_result_is_keyed_by(monkeypatch):
+    """A check's stored result is keyed by the tables its query (ModelCheck.sql) reads: evaluating it runs that
+    query and no other, so a table it reads is never left out of the key."""
+    from pipelines.defs.models.assets import MODELS
+
+    con = built(EPOCHS)
+    con.execute("create table unloaded_epochs (run_id varchar, epoch bigint, reason varchar, source_path varchar)")
+    create_ingest_errors(con, [])
+    executed = []
+    examples = checks._examples
+    monkeypatch.setattr(
+        checks, "_examples", lambda con, sql, params=None: executed.append(sql) or examples(con, sql, params)
+    )
+    declared = checks.declared_checks(MODELS["epoch_metrics"])
+    for check in [check for model in checks.MODEL_CHECKS.values() for check in model] + list(declared):
+        executed.clear()
+        check.evaluate(con, WarehouseConfig())
+        assert executed == [check.sql], check.name
+    assert checks.MODEL_CHECKS["unloaded_epochs"][0].reads == ("dim_runs", "fact_epochs", "unloaded_epochs")
+    assert {check.reads for check in declared} == {("epoch_metrics",)}

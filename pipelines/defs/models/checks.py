@@ -12,18 +12,21 @@ then stops before publishing (exit non-zero, naming the check) rather than publi
 failing check is recorded in Dagster and leaves the build's exit status alone.
 
 A check's result is stored in the build database (`bookkeeping.check_state`), keyed by the fingerprints of the
-tables it reads, its parameters and this module's code: when none of them changed (the model's table was kept), the
-stored result is emitted again instead of running the check's SQL, so a no-change build costs no table scan. After
-an incremental refresh computed some runs again, a check whose verdict is made run by run (ModelCheck.per_run) looks
-at those runs' rows alone when the table passed it before; a table rebuilt whole is checked whole.
+tables its query reads (from DuckDB's parse of it), its parameters and the checks' code version: when none of them
+changed (the model's table was kept), the stored result is emitted again instead of running the check's SQL, so a
+no-change build costs no table scan. After an incremental refresh computed some runs again, a check whose verdict is
+made run by run (ModelCheck.per_run) looks at those runs' rows alone when the table passed it before; a table rebuilt
+whole is checked whole.
 """
 
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cache
 from typing import NamedTuple
 
 import dagster as dg
@@ -31,7 +34,7 @@ import duckdb
 
 from pipelines.code_versions import code_version
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.models import SqlModel, keys_filter, rows_of_keys, sql_identifier, transaction
+from pipelines.models import SqlModel, keys_filter, referenced_tables, rows_of_keys, sql_identifier, transaction
 from pipelines.warehouse_db import BOOKKEEPING, model_fingerprints
 
 EXAMPLES = 50  # offending rows listed in a check's metadata
@@ -68,61 +71,62 @@ def jsonable(rows: list[dict]) -> list[dict]:
     return [{key: clean(value) for key, value in row.items()} for row in rows]
 
 
+DUPLICATE_EPOCHS_SQL = (
+    "select run_id, epoch, count(*) as n_rows, list(source_path order by source_path) as source_paths"
+    " from fact_epochs group by run_id, epoch having count(*) > 1 order by run_id, epoch"
+)
+
+
 def duplicate_epochs(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """(run, epoch) keys held by more than one fact_epochs row."""
-    total, examples = _examples(
-        con,
-        "select run_id, epoch, count(*) as n_rows, list(source_path order by source_path) as source_paths"
-        " from fact_epochs group by run_id, epoch having count(*) > 1 order by run_id, epoch",
-    )
+    total, examples = _examples(con, DUPLICATE_EPOCHS_SQL)
     return _result(total, examples, dg.AssetCheckSeverity.ERROR, "duplicate (run_id, epoch) key(s) in fact_epochs")
+
+
+# NaN <> 0 is true in DuckDB, so a NaN KL is reported too
+NONZERO_KL_SQL = (
+    "select run_id, epoch, kl_sample_train, source_path from fact_epochs"
+    " where kl_sample_train <> 0 order by run_id, epoch"
+)
 
 
 def nonzero_kl(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """Epochs whose kl_sample_train is not 0 (the trainer documents it as always 0)."""
-    total, examples = _examples(
-        con,
-        # NaN <> 0 is true in DuckDB, so a NaN KL is reported too
-        "select run_id, epoch, kl_sample_train, source_path from fact_epochs"
-        " where kl_sample_train <> 0 order by run_id, epoch",
-    )
+    total, examples = _examples(con, NONZERO_KL_SQL)
     return _result(total, examples, dg.AssetCheckSeverity.WARN, "epoch(s) with kl_sample_train other than 0")
+
+
+TRAJECTORY_ARRAYS_SQL = """
+    select run_id, epoch, epochs.n_trajectories, coalesce(n_rows, 0) as n_trajectory_rows, first_index, last_index
+    from fact_epochs as epochs
+    full outer join epoch_trajectory_counts using (run_id, epoch)
+    where epochs.n_trajectories is distinct from coalesce(n_rows, 0)
+       or n_positions <> n_rows or first_index <> 0 or last_index <> n_rows - 1
+    order by run_id, epoch
+"""
 
 
 def inconsistent_trajectory_arrays(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """Epochs whose n_trajectories differs from their trajectory rows, or whose traj_index is not 0..n−1."""
-    total, examples = _examples(
-        con,
-        """
-        select run_id, epoch, epochs.n_trajectories, coalesce(n_rows, 0) as n_trajectory_rows,
-               first_index, last_index
-        from fact_epochs as epochs
-        full outer join epoch_trajectory_counts using (run_id, epoch)
-        where epochs.n_trajectories is distinct from coalesce(n_rows, 0)
-           or n_positions <> n_rows or first_index <> 0 or last_index <> n_rows - 1
-        order by run_id, epoch
-        """,
-    )
+    total, examples = _examples(con, TRAJECTORY_ARRAYS_SQL)
     return _result(
         total, examples, dg.AssetCheckSeverity.ERROR, "epoch(s) whose trajectory rows do not match n_trajectories"
     )
 
 
+REPORTED_MEAN_SQL = """
+    select run_id, epoch, reported_mean_reward, mean_reward, reported_mean_reward - mean_reward as difference
+    from epoch_metrics
+    where not coalesce(abs(reported_mean_reward - mean_reward) <= ?, false)
+      -- both missing (an epoch with no finite reward that reports none) is consistent
+      and not (mean_reward is null and (reported_mean_reward is null or isnan(reported_mean_reward)))
+    order by run_id, epoch
+"""
+
+
 def reported_mean_mismatch(con: duckdb.DuckDBPyConnection, tolerance: float) -> dg.AssetCheckResult:
     """Epochs whose file-reported mean_reward differs from the recomputed mean of the finite rewards."""
-    total, examples = _examples(
-        con,
-        """
-        select run_id, epoch, reported_mean_reward, mean_reward,
-               reported_mean_reward - mean_reward as difference
-        from epoch_metrics
-        where not coalesce(abs(reported_mean_reward - mean_reward) <= ?, false)
-          -- both missing (an epoch with no finite reward that reports none) is consistent
-          and not (mean_reward is null and (reported_mean_reward is null or isnan(reported_mean_reward)))
-        order by run_id, epoch
-        """,
-        [tolerance],
-    )
+    total, examples = _examples(con, REPORTED_MEAN_SQL, [tolerance])
     return _result(
         total,
         examples,
@@ -131,37 +135,39 @@ def reported_mean_mismatch(con: duckdb.DuckDBPyConnection, tolerance: float) -> 
     )
 
 
+UNNORMALISED_GROUPS_SQL = (
+    "select run_id, epoch, group_index, n_trajectories, advantage_mean, advantage_reward_corr, advantage_problem"
+    " from group_metrics where not advantages_consistent order by run_id, epoch, group_index"
+)
+
+
 def unnormalised_groups(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """GRPO groups whose advantages are not normalised within the group (see group_metrics)."""
-    total, examples = _examples(
-        con,
-        "select run_id, epoch, group_index, n_trajectories, advantage_mean, advantage_reward_corr, advantage_problem"
-        " from group_metrics where not advantages_consistent order by run_id, epoch, group_index",
-    )
+    total, examples = _examples(con, UNNORMALISED_GROUPS_SQL)
     return _result(total, examples, dg.AssetCheckSeverity.WARN, "group(s) whose advantages are not normalised")
+
+
+EPOCH_GAPS_SQL = """
+    with loaded as (
+        select run_id, epoch, lead(epoch) over (partition by run_id order by epoch) as next_epoch
+        from epoch_metrics
+    ),
+    gaps as (
+        select
+            run_id,
+            list((epoch + 1)::varchar || '-' || (next_epoch - 1)::varchar order by epoch) as missing_ranges
+        from loaded where next_epoch > epoch + 1 group by run_id
+    )
+    select run_id, first_epoch, last_epoch, n_epochs, missing_epochs, missing_ranges
+    from run_summary left join gaps using (run_id)
+    where missing_epochs > 0
+    order by run_id
+"""
 
 
 def epoch_gaps(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """Runs with epochs missing between their first and last loaded epoch."""
-    total, examples = _examples(
-        con,
-        """
-        with loaded as (
-            select run_id, epoch, lead(epoch) over (partition by run_id order by epoch) as next_epoch
-            from epoch_metrics
-        ),
-        gaps as (
-            select
-                run_id,
-                list((epoch + 1)::varchar || '-' || (next_epoch - 1)::varchar order by epoch) as missing_ranges
-            from loaded where next_epoch > epoch + 1 group by run_id
-        )
-        select run_id, first_epoch, last_epoch, n_epochs, missing_epochs, missing_ranges
-        from run_summary left join gaps using (run_id)
-        where missing_epochs > 0
-        order by run_id
-        """,
-    )
+    total, examples = _examples(con, EPOCH_GAPS_SQL)
     return _result(total, examples, dg.AssetCheckSeverity.WARN, "run(s) with missing epochs")
 
 
@@ -197,49 +203,74 @@ def runs_not_loading(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     )
 
 
+UNLOADED_INPUT_SQL = (
+    "select source_path, run_id, epoch, error_kind, message, action from ingest_errors"
+    " where severity = 'error' order by run_id nulls first, source_path"
+)
+
+
 def unloaded_input(con: duckdb.DuckDBPyConnection) -> dg.AssetCheckResult:
     """Input files and entries that were not loaded (quarantined or skipped), with what is wrong with each."""
-    total, examples = _examples(
-        con,
-        "select source_path, run_id, epoch, error_kind, message, action from ingest_errors"
-        " where severity = 'error' order by run_id nulls first, source_path",
-    )
+    total, examples = _examples(con, UNLOADED_INPUT_SQL)
     # The files themselves in the check's one-line summary, which the UI shows beside its status.
     named = ", ".join(str(row["source_path"] or row["message"]) for row in examples[:3])
     what = "input file(s) or entries not loaded" + (f": {named}" + (", ..." if total > 3 else "") if total else "")
     return _result(total, examples, dg.AssetCheckSeverity.WARN, what)
 
 
-def violations(con: duckdb.DuckDBPyConnection, table: str, test: str, columns: tuple[str, ...]) -> dg.AssetCheckResult:
-    """A schema.yml data test: rows with a null in the column (not_null), or keys held by more than one row."""
+def violation_query(table: str, test: str, columns: tuple[str, ...]) -> tuple[str, str]:
+    """The query of a schema.yml data test's offending rows, and what they are."""
     names = ", ".join(sql_identifier(column) for column in columns)
     if test == "not_null":
-        sql = f"select * from {sql_identifier(table)} where {names} is null"
-        what = f"row(s) of {table} with a null {columns[0]}"
-    else:
-        sql = (
-            f"select {names}, count(*) as n_rows from {sql_identifier(table)} group by {names}"
-            f" having count(*) > 1 order by {names}"
+        return (
+            f"select * from {sql_identifier(table)} where {names} is null",
+            f"row(s) of {table} with a null {columns[0]}",
         )
-        what = f"duplicate ({', '.join(columns)}) key(s) in {table}"
+    sql = (
+        f"select {names}, count(*) as n_rows from {sql_identifier(table)} group by {names}"
+        f" having count(*) > 1 order by {names}"
+    )
+    return sql, f"duplicate ({', '.join(columns)}) key(s) in {table}"
+
+
+def violations(con: duckdb.DuckDBPyConnection, table: str, test: str, columns: tuple[str, ...]) -> dg.AssetCheckResult:
+    """A schema.yml data test: rows with a null in the column (not_null), or keys held by more than one row."""
+    sql, what = violation_query(table, test, columns)
     total, examples = _examples(con, sql)
     return _result(total, examples, dg.AssetCheckSeverity.ERROR, what)
 
 
 @dataclass(frozen=True)
 class ModelCheck:
-    """One check of a model's table: its name, what it asserts, and the function that evaluates it."""
+    """One check of a model's table: its name, what it asserts, the function that evaluates it and the query of
+    offending rows that function runs."""
 
     name: str
     description: str
     evaluate: Callable[[duckdb.DuckDBPyConnection, WarehouseConfig], dg.AssetCheckResult]
-    reads: tuple[str, ...]  # the model tables its SQL reads: their fingerprints key its stored result
+    sql: str
     blocking: bool = False
     parameters: Callable[[WarehouseConfig], dict] = lambda _: {}
     # Its verdict on a table is the sum of its verdicts on each run's rows: it looks at one row at a time, or at
     # groups of rows of one run. After some runs were computed again in place, a table that passed it before is
     # checked on those runs' rows alone (evaluate_checks): the others passed and are unchanged.
     per_run: bool = False
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The model tables its query reads, from DuckDB's parse of it: their fingerprints key its stored result."""
+        return tables_read(self.sql)
+
+
+_PARSER = threading.local()  # an in-memory DuckDB connection per thread, to parse the checks' queries with
+
+
+@cache
+def tables_read(sql: str) -> tuple[str, ...]:
+    """The tables a query reads, by name, sorted."""
+    if not hasattr(_PARSER, "con"):
+        _PARSER.con = duckdb.connect()
+    return tuple(sorted(table for _, table in referenced_tables(sql, _PARSER.con)))
 
 
 MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
@@ -248,7 +279,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "no_duplicate_epochs",
             "No two rows share a (run_id, epoch).",
             lambda con, _: duplicate_epochs(con),
-            ("fact_epochs",),
+            DUPLICATE_EPOCHS_SQL,
             blocking=True,
             per_run=True,
         ),
@@ -256,7 +287,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "kl_sample_train_is_zero",
             "kl_sample_train is 0 in every epoch, as the trainer documents.",
             lambda con, _: nonzero_kl(con),
-            ("fact_epochs",),
+            NONZERO_KL_SQL,
             per_run=True,
         ),
     ),
@@ -267,7 +298,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "trajectory_arrays_consistent",
             "Every epoch has exactly n_trajectories trajectory rows, at positions 0..n−1.",
             lambda con, _: inconsistent_trajectory_arrays(con),
-            ("fact_epochs", "epoch_trajectory_counts"),
+            TRAJECTORY_ARRAYS_SQL,
         ),
     ),
     "epoch_metrics": (
@@ -275,7 +306,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "reported_mean_reward_matches",
             "The file's mean_reward matches the recomputed mean (tolerance).",
             lambda con, warehouse: reported_mean_mismatch(con, warehouse.reward_tolerance),
-            ("epoch_metrics",),
+            REPORTED_MEAN_SQL,
             parameters=lambda warehouse: {"reward_tolerance": warehouse.reward_tolerance},
             per_run=True,
         ),
@@ -285,7 +316,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "advantages_normalised",
             "Advantages are normalised within each GRPO group.",
             lambda con, _: unnormalised_groups(con),
-            ("group_metrics",),
+            UNNORMALISED_GROUPS_SQL,
             per_run=True,
         ),
     ),
@@ -295,7 +326,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             f"Every run loaded at least one epoch, and at least {MIN_LOADED_SHARE:.0%} of its epoch entries "
             "(epoch_NNN_results.json files and epoch_NNN/ folders); unloaded_epochs says why not.",
             lambda con, _: runs_not_loading(con),
-            ("dim_runs", "fact_epochs", "unloaded_epochs"),
+            RUNS_NOT_LOADING_SQL,
         ),
     ),
     "ingest_errors": (
@@ -303,7 +334,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "input_loaded",
             "Every input file and entry was loaded: none quarantined or skipped as unreadable.",
             lambda con, _: unloaded_input(con),
-            ("ingest_errors",),
+            UNLOADED_INPUT_SQL,
         ),
     ),
     "run_summary": (
@@ -311,7 +342,7 @@ MODEL_CHECKS: dict[str, tuple[ModelCheck, ...]] = {
             "no_epoch_gaps",
             "No epochs are missing between a run's first and last loaded epoch.",
             lambda con, _: epoch_gaps(con),
-            ("epoch_metrics", "run_summary"),
+            EPOCH_GAPS_SQL,
         ),
     ),
 }
@@ -326,7 +357,7 @@ def declared_checks(model: SqlModel) -> tuple[ModelCheck, ...]:
             f"{test}_{'_'.join(columns)}",
             f"No two rows share a ({', '.join(columns)})." if test == "unique" else f"{columns[0]} is never null.",
             lambda con, _, test=test, columns=columns: violations(con, model.name, test, columns),
-            (model.name,),
+            violation_query(model.name, test, columns)[0],
             parameters=lambda _, test=test, columns=columns: {"test": test, "columns": columns},
             # a null is one row's; a duplicate key holding the run's id is two rows of one run
             per_run=test == "not_null" or model.incremental_key in columns,
