@@ -283,14 +283,16 @@ def _draw_horizons(axes: list[Axes], horizons: list[int]) -> None:
         ax.set_axisbelow(True)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
+    left, right = axes[0].get_xlim()
     for horizon in horizons:
+        before = horizon > (left + right) / 2  # the label on the side of the line with more room
         axes[0].annotate(
             f"compute-matched\nhorizon: epoch {horizon}",
             xy=(horizon, 1),
             xycoords=("data", "axes fraction"),
-            xytext=(-4, -4),
+            xytext=(-4 if before else 4, -4),
             textcoords="offset points",
-            ha="right",
+            ha="right" if before else "left",
             va="top",
             fontsize=9,
             color="0.2",
