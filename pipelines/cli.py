@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -207,17 +208,22 @@ def run_build(args) -> int:
     return 0
 
 
-def _portable(relation, nested_as_json: bool):
-    """The relation with DECIMAL columns as DOUBLE (JSON numbers), and list/struct/map columns as JSON text if asked
-    (CSV cannot hold them)."""
-    nested = ("[]", "STRUCT", "MAP", "UNION")
+# Types polars holds exactly as DuckDB gives them; any other scalar is written as DuckDB's own text of it (wide and
+# exact numbers, intervals, variants, time zones, infinite dates), which is what --format table shows.
+_CSV_AS_IS = {"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
+_CSV_AS_IS |= {"FLOAT", "DOUBLE", "VARCHAR", "UUID"}
+
+
+def _csv_columns(relation):
+    """The relation with list/struct/map columns as JSON text (CSV cannot hold them) and each scalar polars would not
+    hold exactly as DuckDB's text of it."""
     columns = []
     for name, kind in zip(relation.columns, relation.types, strict=True):
         quoted = '"' + name.replace('"', '""') + '"'
-        if nested_as_json and any(marker in str(kind) for marker in nested):
+        if kind.id in ("list", "array", "struct", "map", "union"):
             columns.append(f"to_json({quoted}) as {quoted}")
-        elif str(kind).startswith("DECIMAL"):
-            columns.append(f"cast({quoted} as double) as {quoted}")
+        elif kind.id.upper() not in _CSV_AS_IS:
+            columns.append(f"cast({quoted} as varchar) as {quoted}")
         else:
             columns.append(quoted)
     return relation.project(", ".join(columns))
@@ -250,8 +256,8 @@ def run_sql(args) -> int:
                 if len(statements) > 1:
                     print(f"{'' if number == 0 else chr(10)}-- statement {number + 1}: {statement.query.strip()}")
                 _print_result(relation, args.format, args.max_rows)
-    except duckdb.Error as exc:
-        raise CommandError(str(exc).splitlines()[0]) from None
+    except duckdb.Error as exc:  # DuckDB's whole message: the hint, the candidates and the caret under the error
+        raise CommandError(str(exc).strip()) from None
     return 0
 
 
@@ -259,46 +265,33 @@ def _print_result(relation, output_format: str, max_rows: int) -> None:
     import shutil
 
     if output_format == "csv":
-        sys.stdout.write(_portable(relation, nested_as_json=True).pl().write_csv())
+        sys.stdout.write(_csv_columns(relation).pl().write_csv())
     elif output_format == "json":
-        sys.stdout.write(_json_records(_portable(relation, nested_as_json=False).pl()) + "\n")
+        _write_json(relation)
     else:
         width = shutil.get_terminal_size((200, 40)).columns
         relation.show(max_width=width, max_rows=max_rows)
 
 
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+# A JSON string, or a token DuckDB's to_json writes for a non-finite float, which JSON has no number for.
+_JSON_NON_FINITE = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
 
 
-def _json_records(frame) -> str:
-    """The rows as a JSON list of records. JSON has no NaN or infinity, and polars writes them as null: they are
-    written as the strings "NaN", "Infinity" and "-Infinity", so that a null stays the only null."""
-    import json
-    import math
+def _write_json(relation) -> None:
+    """The rows as a JSON list of records, each written by DuckDB's to_json (every type exactly: wide integers and
+    decimals as their digits, intervals and timestamps as DuckDB's text, a variant as its value). NaN and the
+    infinities are written as the strings "NaN", "Infinity" and "-Infinity", so that a null stays the only null."""
+    alias = "row"
+    while alias in relation.columns:  # a column of that name would be read in place of the row
+        alias += "_"
+    rows = relation.query(alias, f'select to_json("{alias}") from "{alias}"')
+    records = (_JSON_NON_FINITE.sub(_quoted_token, record) for (record,) in rows.fetchall())
+    sys.stdout.write("[" + ",".join(records) + "]\n")
 
-    def plain(value):
-        if isinstance(value, float) and not math.isfinite(value):
-            return _NON_FINITE[repr(value)]
-        if isinstance(value, dict):
-            return {key: plain(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [plain(item) for item in value]
-        return value
 
-    import polars as pl
-
-    floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
-    nested = any(dtype.is_nested() for dtype in frame.schema.values())  # may hold a float anywhere: looked through
-    if not nested and not (
-        floats and frame.select(pl.any_horizontal([(~pl.col(name).is_finite()).any() for name in floats])).item()
-    ):
-        return frame.write_json()
-    return json.dumps(
-        [plain(row) for row in frame.to_dicts()],
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=lambda value: value.isoformat() if hasattr(value, "isoformat") else str(value),
-    )
+def _quoted_token(match: re.Match) -> str:
+    token = match.group(0)
+    return token if token.startswith('"') else f'"{token}"'
 
 
 if __name__ == "__main__":

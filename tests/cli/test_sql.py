@@ -44,12 +44,65 @@ def test_missing_warehouse_and_bad_sql_exit_2_with_one_line(tmp_path, warehouse,
     assert "grpo-warehouse build" in capsys.readouterr().err
     assert main(["sql", "select * from no_such_table", "--warehouse", str(warehouse)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "no_such_table" in err and "\n" not in err
+    assert err.startswith("grpo-warehouse sql: Catalog Error: Table with name no_such_table does not exist")
+    assert "Traceback" not in err
+
+
+# DuckDB's whole error, not only its first line: what it suggests and where in the query it went wrong.
+ERRORS = {
+    "select * from rnus": ['Did you mean "runs"?'],
+    "select run_di from runs": ['Candidate bindings: "run_id"'],
+    "selec 1": ["LINE 1: selec 1", "        ^^^^^"],
+}
+
+
+@pytest.mark.parametrize("query", ERRORS)
+def test_an_error_shows_duckdbs_hints_and_caret_without_a_traceback(warehouse, capsys, query):
+    assert main(["sql", query, "--warehouse", str(warehouse)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0].startswith("grpo-warehouse sql: ") and "Error: " in lines[0]
+    assert all(line in lines for line in ERRORS[query]), err
+
+
+# Each type as DuckDB's text of it, worked out by hand: integers too wide for 64 bits and decimals keep every digit.
+WIDE = [
+    ("123456789012345678::hugeint", "123456789012345678"),
+    ("(-170141183460469231731687303715884105728)::hugeint", str(-(2**127))),
+    ("340282366920938463463374607431768211455::uhugeint", str(2**128 - 1)),
+    ("123456789012345.678::decimal(18, 3)", "123456789012345.678"),
+]
+TEXT = [
+    ("interval 3 day + interval 2 hour", "3 days 02:00:00"),
+    ("'done'::variant", "done"),
+    ("'infinity'::date", "infinity"),
+    ("'12:00:00+01'::timetz", "12:00:00+01"),
+]
+
+
+@pytest.mark.parametrize(("expression", "text"), WIDE + TEXT)
+def test_every_type_prints_exactly_in_every_format(warehouse, capsys, expression, text):
+    query = f"select {expression} as v from range(2)"
+    assert main(["sql", query, "--warehouse", str(warehouse), "--format", "csv"]) == 0
+    assert capsys.readouterr().out == f"v\n{text}\n{text}\n"
+    assert main(["sql", query, "--warehouse", str(warehouse), "--format", "json"]) == 0
+    value = int(text) if "." not in text and text.lstrip("-").isdigit() else text
+    records = json.loads(capsys.readouterr().out, parse_float=str)  # a decimal's digits as written
+    assert records == [{"v": value}, {"v": value}]
+    assert main(["sql", query, "--warehouse", str(warehouse)]) == 0
+    assert [line.strip("│ ") for line in capsys.readouterr().out.splitlines()[4:6]] == [text, text]
+
+
+def test_json_reads_the_row_even_with_a_column_named_like_it(warehouse, capsys):
+    query = """select 1 as "row", 'NaN' as "row_", 'nan'::double as x"""
+    assert main(["sql", query, "--warehouse", str(warehouse), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"row": 1, "row_": "NaN", "x": "NaN"}]
 
 
 def test_a_query_loads_neither_dagster_nor_polars(warehouse):
     """The query path starts in a fraction of a second because it imports only DuckDB: the table format needs
-    nothing else (csv and json go through polars, and load it then)."""
+    nothing else (csv goes through polars, and loads it then)."""
     script = (
         "import sys\n"
         "from pipelines.cli import main\n"
