@@ -186,29 +186,47 @@
     return present(y) && !(section.state.log && panel.name === "main" && y <= 0);
   }
 
+  /** The epochs of a configuration's seeds, merged: per epoch, each seed's position in its own series (or -1).
+   * Kept until the seeds drawn change: the slider only changes values. */
+  function alignedSeeds(section, unit) {
+    const key = unit.runs.map((r) => r.run_id).join("\u0000");
+    const kept = section.aligned.get(unit.key);
+    if (kept && kept.key === key) return kept;
+    const series = unit.runs.map((run) => section.ablation.series[run.run_id]).filter(Boolean);
+    const epochs = [...new Set(series.flatMap((s) => s.epoch))].sort((a, b) => a - b);
+    const positions = series.map((s) => {
+      const at = new Map(s.epoch.map((e, i) => [e, i]));
+      return Int32Array.from(epochs, (e) => (at.has(e) ? at.get(e) : -1));
+    });
+    const aligned = { key, epochs, series, runs: unit.runs.filter((r) => section.ablation.series[r.run_id]), positions };
+    section.aligned.set(unit.key, aligned);
+    return aligned;
+  }
+
   /** Per configuration and epoch: the IQM of its seeds' smoothed values and their quartiles. */
   function configurationLine(section, unit, panel, metric) {
-    const byEpoch = new Map();
-    for (const run of unit.runs) {
-      const series = section.ablation.series[run.run_id];
-      const values = series && smoothedOf(section, run.run_id, metric);
-      if (!values) continue;
-      const xs = xsOf(section, series);
-      for (let i = 0; i < series.epoch.length; i++) {
-        if (!present(values[i])) continue;
-        const entry = byEpoch.get(series.epoch[i]) || { xs: [], ys: [] };
-        entry.xs.push(xs[i]);
-        entry.ys.push(values[i]);
-        byEpoch.set(series.epoch[i], entry);
+    const { epochs, series, runs, positions } = alignedSeeds(section, unit);
+    const values = runs.map((run) => smoothedOf(section, run.run_id, metric));
+    const xs = series.map((s) => xsOf(section, s));
+    const points = [];
+    const ys = [];
+    for (let e = 0; e < epochs.length; e++) {
+      ys.length = 0;
+      let x = 0;
+      for (let r = 0; r < runs.length; r++) {
+        const i = positions[r][e];
+        if (i < 0 || !values[r] || !present(values[r][i])) continue;
+        ys.push(values[r][i]);
+        x += xs[r][i];
+      }
+      if (!ys.length) continue;
+      ys.sort((a, b) => a - b);
+      const y = iqm(ys);
+      if (usable(section, panel, y)) {
+        points.push({ epoch: epochs[e], x: x / ys.length, y, lo: quantile(ys, 0.25), hi: quantile(ys, 0.75), n: ys.length });
       }
     }
-    const points = [];
-    for (const [epoch, { xs, ys }] of [...byEpoch].sort((a, b) => a[0] - b[0])) {
-      ys.sort((a, b) => a - b);
-      const x = xs.reduce((a, b) => a + b, 0) / xs.length;
-      points.push({ epoch, x, y: iqm(ys), lo: quantile(ys, 0.25), hi: quantile(ys, 0.75), n: ys.length });
-    }
-    return points.filter((p) => usable(section, panel, p.y));
+    return points;
   }
 
   function runLine(section, run, panel, metric) {
@@ -248,7 +266,7 @@
           for (const p of points) {
             solid.push({ key: unit.key, colour: unit.colour, x: p.x, y: p.y });
             xs.add(p.x);
-            if (unit.config && p.n > 1 && m === 0) {
+            if (unit.config && p.n > 1 && m === 0 && panel.name === "main") {
               datasets[`${panel.name}_bands`].push({ key: unit.key, colour: unit.colour, x: p.x, lo: p.lo, hi: p.hi });
             }
           }
@@ -628,9 +646,14 @@
   // Vega warns of an "infinite extent" whenever a layer's data is empty: expected, so only errors reach the console.
   const EMBED = { actions: false, renderer: "svg", tooltip: { theme: "light" }, logLevel: 1 };
 
+  /** The curves' width: the room the forest leaves (measured once: reading a layout costs one). */
   function chartWidth(section) {
-    const forest = section.ablation.overlay ? 0 : 330;
-    return Math.max(360, section.nodes.charts.clientWidth - forest - 24 - 90);
+    if (section.width === null) {
+      const forest = section.ablation.overlay ? 0 : 330;
+      section.width = { curves: Math.max(360, section.nodes.charts.clientWidth - forest - 24 - 90),
+                        breakdowns: section.nodes.charts.clientWidth - 120 };
+    }
+    return section.width.curves;
   }
 
   const UNCHANGING = ["strips", "matched", "horizons"];
@@ -681,7 +704,8 @@
     const forest = forestSpec(section, 150);
     if (section.views.forest) section.views.forest.finalize();
     section.views.forest = (await vegaEmbed(section.nodes.forest, forest, EMBED)).view;
-    const breakdowns = breakdownSpec(section, section.nodes.charts.clientWidth - 120);
+    chartWidth(section);
+    const breakdowns = breakdownSpec(section, section.width.breakdowns);
     if (section.views.breakdowns) section.views.breakdowns.finalize();
     if (breakdowns) section.views.breakdowns = (await vegaEmbed(section.nodes.breakdowns, breakdowns, EMBED)).view;
   }
@@ -1091,7 +1115,7 @@
     const state = { metric: ablation.metrics.includes("mean_reward") ? "mean_reward" : ablation.metrics[0], x: "epoch",
                     log: false, grouped: configs.size > 0, seeds: false, only: null, filter: "", sort: null };
     const section = { ablation, index, configs, state, hidden: new Set(), runRows: {}, views: {}, nodes: {}, smoothed: new Map(), drawing: null,
-                      lines: {}, panels: [], pointer: null, hoverX: null, histogram: null, bins: DATA.histogram_bins || 20 };
+                      lines: {}, panels: [], pointer: null, hoverX: null, histogram: null, aligned: new Map(), width: null, bins: DATA.histogram_bins || 20 };
     section.nodes.curves = el("div", { class: "curves" });
     section.nodes.forest = el("div", { class: "forest" });
     section.nodes.breakdowns = el("div", { class: "breakdowns" });
