@@ -265,7 +265,7 @@ def bounded_contrasts(contrasts: pl.DataFrame, leader: str | None, limit: int = 
     if contrasts.is_empty():
         return []
     if contrasts.height > limit:
-        leads = pl.lit(leader is not None) & ((pl.col("run_a") == leader) | (pl.col("run_b") == leader))
+        leads = pl.lit(False) if leader is None else (pl.col("run_a") == leader) | (pl.col("run_b") == leader)
         contrasts = contrasts.sort(leads, pl.col("delta").abs(), descending=True, nulls_last=True).head(limit)
     return json_ready(contrasts.sort("run_a", "run_b"), CONTRAST_COLUMNS).to_dicts()
 

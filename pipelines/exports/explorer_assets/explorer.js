@@ -15,8 +15,9 @@
 
   /** The text of a gzip-compressed, base64 script element (the page's library and data). */
   async function inflate(id) {
-    const text = document.getElementById(id).textContent.trim();
-    const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+    const binary = atob(document.getElementById(id).textContent.trim());
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
     return new Response(stream).text();
   }
@@ -710,9 +711,10 @@
     if (breakdowns) section.views.breakdowns = (await vegaEmbed(section.nodes.breakdowns, breakdowns, EMBED)).view;
   }
 
+  /** Draws a section: its curves, then (without waiting) the forest and breakdowns beside and below them. */
   async function drawSection(section) {
     await drawCurves(section);
-    await drawSide(section);
+    section.side = drawSide(section);
     section.nodes.curves.addEventListener("pointermove", (event) => { section.pointer = event; placeReadout(section); });
     section.nodes.curves.addEventListener("pointerleave", () => showReadout(section, null));
     section.nodes.curves.addEventListener("click", () => {
@@ -734,7 +736,10 @@
     if (!section.drawing) section.drawing = drawSection(section);
     return section.drawing;
   }
-  explorer.drawAll = () => Promise.all(explorer.sections.map(ensureDrawn));
+  explorer.drawAll = async () => {
+    await Promise.all(explorer.sections.map(ensureDrawn));
+    await Promise.all(explorer.sections.map((section) => section.side));
+  };
   explorer.setWeight = setWeight;
 
   // A change of these draws the curves' spec again (their axes and titles say them); others only change rows.
@@ -744,6 +749,7 @@
   async function update(section, change) {
     Object.assign(section.state, change);
     syncTable(section);
+    await section.side; // the first drawing of the side charts, if still going
     if (!section.views.curves) {
       await ensureDrawn(section);
     } else if (RESPEC.some((key) => key in change)) {
@@ -1114,7 +1120,7 @@
     const configs = new Map((ablation.configurations || []).map((c) => [c.arm, c]));
     const state = { metric: ablation.metrics.includes("mean_reward") ? "mean_reward" : ablation.metrics[0], x: "epoch",
                     log: false, grouped: configs.size > 0, seeds: false, only: null, filter: "", sort: null };
-    const section = { ablation, index, configs, state, hidden: new Set(), runRows: {}, views: {}, nodes: {}, smoothed: new Map(), drawing: null,
+    const section = { ablation, index, configs, state, hidden: new Set(), runRows: {}, views: {}, nodes: {}, smoothed: new Map(), drawing: null, side: null,
                       lines: {}, panels: [], pointer: null, hoverX: null, histogram: null, aligned: new Map(), width: null, bins: DATA.histogram_bins || 20 };
     section.nodes.curves = el("div", { class: "curves" });
     section.nodes.forest = el("div", { class: "forest" });
