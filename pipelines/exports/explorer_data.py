@@ -265,8 +265,10 @@ def bounded_contrasts(contrasts: pl.DataFrame, leader: str | None, limit: int = 
     if contrasts.is_empty():
         return []
     if contrasts.height > limit:
-        leads = pl.lit(False) if leader is None else (pl.col("run_a") == leader) | (pl.col("run_b") == leader)
-        contrasts = contrasts.sort(leads, pl.col("delta").abs(), descending=True, nulls_last=True).head(limit)
+        order = [pl.col("delta").abs()]
+        if leader is not None:
+            order.insert(0, (pl.col("run_a") == leader) | (pl.col("run_b") == leader))
+        contrasts = contrasts.sort(order, descending=True, nulls_last=True).head(limit)
     return json_ready(contrasts.sort("run_a", "run_b"), CONTRAST_COLUMNS).to_dicts()
 
 
