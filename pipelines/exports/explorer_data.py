@@ -4,11 +4,10 @@ of the trajectories' rewards and advantages, its contrasts and snapshots, bounde
 from __future__ import annotations
 
 import math
-import os
-import re
 
 import polars as pl
 
+from pipelines.exports.configurations import configuration_name
 from pipelines.exports.figure import run_colours
 
 # An ablation with more runs than this is summarised on its page: per configuration a few seeds spread over its
@@ -83,8 +82,6 @@ CONTRAST_COLUMNS = [
 SNAPSHOT_COLUMNS = ["run_id", "role", "epoch", "snapshot_id", "model_name"]
 ROLE_ORDER = {"final": 0, "best": 1, "matched": 2}
 BREAKDOWN_COLUMNS = ["run_id", "breakdown", "level", "window_start", "window_end", "n_trajectories", "mean_reward"]
-LABEL_SEPARATORS = " ·,;:-_/|"
-SEED_WORD = re.compile(r"(?:^|(?<=[ ·,;:\-_/|]))(?:seed|s|run|rep|replicate)$", re.IGNORECASE)
 
 
 def json_ready(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
@@ -153,23 +150,6 @@ def summaries(summary: pl.DataFrame) -> dict[str, dict]:
     return {row["run_id"]: row for row in json_ready(summary, ["run_id", *SUMMARY_COLUMNS]).to_dicts()}
 
 
-def configuration_label(labels: list[str], arm: str) -> str:
-    """A configuration's name for people: what its seeds' labels share from the start (`PV2, 2/8 FP` of
-    `PV2, 2/8 FP · seed 3`), else its arm name."""
-    shared = os.path.commonprefix(labels) if len(labels) > 1 else ""
-    if len(set(labels)) > 1:
-        # `… · seed 0`, `… · seed 1`: what they share ends in the word that names the seed, not the configuration
-        shared = SEED_WORD.sub("", shared.rstrip(LABEL_SEPARATORS))
-    shared = shared.rstrip(LABEL_SEPARATORS)
-    return shared if len(shared) >= 3 else arm
-
-
-def distinguishing(label: str, configuration: str) -> str:
-    """What tells a seed from the other seeds of its configuration: its label after the configuration's name."""
-    rest = label[len(configuration) :].strip(LABEL_SEPARATORS) if label.startswith(configuration) else label
-    return rest or label
-
-
 def arm_values(contrasts: pl.DataFrame) -> dict[str, float]:
     """Each arm of several seeds' matched value as ablation_contrasts gives it (the IQM of its runs' matched
     rewards, in the rows of unit `runs`)."""
@@ -234,18 +214,19 @@ def run_entries(members: pl.DataFrame, carried: list[str], summary: dict[str, di
 
 
 def configurations(members: pl.DataFrame, carried: list[str], values: dict[str, float]) -> list[dict]:
-    """The ablation's configurations when one has 2+ seeds (none otherwise): arm, a name for people, colour, its
-    carried runs and their count in all, and its value from ablation_contrasts (arm_values) if it has one."""
+    """The ablation's configurations when one has 2+ seeds (none otherwise): arm, its name (configuration_name, as the
+    figure's legend and the paper tables give it), colour, its carried runs and their count in all, and its value
+    from ablation_contrasts (arm_values) if it has one."""
     if "arm" not in members.columns:
         return []
-    arms = members.with_columns(pl.col("label").fill_null(pl.col("run_id"))).group_by("arm").agg("run_id", "label")
+    arms = members.group_by("arm").agg("run_id")
     if arms.is_empty() or arms["run_id"].list.len().max() < 2:
         return []
     colours = run_colours(sorted(arms["arm"].to_list()))
     kept = set(carried)
     entries = []
-    for arm, runs, labels in arms.sort("arm").iter_rows():
-        label = configuration_label(sorted(labels), arm)
+    for arm, runs in arms.sort("arm").iter_rows():
+        label = configuration_name(arm, members.filter(pl.col("arm") == arm).select("run_id", "label"))
         entries.append(
             {
                 "arm": arm,

@@ -333,14 +333,15 @@ def test_a_change_to_one_run_renders_the_pages_showing_it_alone(tmp_path, tables
 
 
 def seeded_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """Ablation abl as two configurations of two seeds (r_long and r_mid of `Cfg A`, r_short and r_extra of
-    `Cfg B`), with the contrast of their arms as ablation_contrasts gives it (unit `runs`, arm IQMs)."""
+    """Ablation abl as two configurations of two seeds (r_long and r_mid of arm r_long, named `Cfg A` by its run of
+    that name; r_short and r_extra of `Cfg B`), with the contrast of their arms as ablation_contrasts gives it (unit
+    `runs`, arm IQMs)."""
     extra = tables["runs"].filter(pl.col("run_id") == "r_short").with_columns(run_id=pl.lit("r_extra"))
-    arms = {"r_long": "cfg_a", "r_mid": "cfg_a", "r_short": "cfg_b", "r_extra": "cfg_b", "solo": "solo"}
+    arms = {"r_long": "r_long", "r_mid": "r_long", "r_short": "r_short", "r_extra": "r_short", "solo": "solo"}
     labels = {
-        "r_long": "Cfg A · seed 0",
+        "r_long": "Cfg A",
         "r_mid": "Cfg A · seed 1",
-        "r_short": "Cfg B · seed 0",
+        "r_short": "Cfg B",
         "r_extra": "Cfg B · seed 1",
     }
     runs = pl.concat([tables["runs"], extra]).with_columns(
@@ -364,10 +365,10 @@ def seeded_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     contrasts = pl.DataFrame(
         {
             "ablation": ["abl"],
-            "run_a": ["cfg_a"],
-            "run_b": ["cfg_b"],
-            "arm_a": ["cfg_a"],
-            "arm_b": ["cfg_b"],
+            "run_a": ["r_long"],
+            "run_b": ["r_short"],
+            "arm_a": ["r_long"],
+            "arm_b": ["r_short"],
             "delta": [-0.27],
             "ci_low": [-0.4],
             "ci_high": [-0.1],
@@ -388,13 +389,13 @@ def test_configurations_of_seeds_carry_a_name_a_colour_and_their_value_from_the_
     payload = ablation_payload("abl", explorer_tables(seeded_tables(tables)))
     configs = {c["arm"]: c for c in payload["configurations"]}
     assert {a: (c["label"], c["runs"], c["n_runs"], c["value"]) for a, c in configs.items()} == {
-        "cfg_a": ("Cfg A", ["r_long", "r_mid"], 2, 0.6002),
-        "cfg_b": ("Cfg B", ["r_extra", "r_short"], 2, 0.33),
+        "r_long": ("Cfg A", ["r_long", "r_mid"], 2, 0.6002),
+        "r_short": ("Cfg B", ["r_extra", "r_short"], 2, 0.33),
     }
     colours = {run["run_id"]: run["colour"] for run in payload["runs"]}
-    assert colours["r_long"] == colours["r_mid"] == configs["cfg_a"]["colour"]
-    assert colours["r_short"] == colours["r_extra"] == configs["cfg_b"]["colour"] != configs["cfg_a"]["colour"]
-    assert {run["run_id"]: run["arm"] for run in payload["runs"]}["r_extra"] == "cfg_b"
+    assert colours["r_long"] == colours["r_mid"] == configs["r_long"]["colour"]
+    assert colours["r_short"] == colours["r_extra"] == configs["r_short"]["colour"] != configs["r_long"]["colour"]
+    assert {run["run_id"]: run["arm"] for run in payload["runs"]}["r_extra"] == "r_short"
     # one run per arm: no configurations, a colour per run
     assert ablation_payload("abl", explorer_tables(tables))["configurations"] == []
 

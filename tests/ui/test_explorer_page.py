@@ -422,7 +422,7 @@ def seeded_page(tmp_path):
     tables = seeded_tables({name: getattr(fixture, constant) for name, constant in names.items()})
     solo = tables["runs"].filter(pl.col("run_id") == "solo")
     runs = pl.concat([tables["runs"], solo.with_columns(run_id=pl.lit("solo_s1"))]).with_columns(
-        arm=pl.when(pl.col("ablation") == "other").then(pl.lit("solo_cfg")).otherwise(pl.col("arm")),
+        arm=pl.when(pl.col("ablation") == "other").then(pl.lit("solo")).otherwise(pl.col("arm")),
         label=pl.col("label").replace({"Cfg A · seed 1": HOSTILE + " · seed 1"}),  # Cfg A: what the two share
     )
     epochs = pl.concat(
@@ -448,16 +448,16 @@ def test_configurations_are_drawn_and_compared_as_configurations(seeded_page, of
     assert HOSTILE in driver.find_element(By.CSS_SELECTOR, "#ablation-0 table.runs").text
 
     # grouped by default: a line and a band per configuration, the IQM and quartiles of its seeds' smoothed values
-    assert drawn_keys(driver, 0) == ["cfg_a", "cfg_b"] and drawn_keys(driver, 0, "main_bands") == ["cfg_a", "cfg_b"]
+    assert drawn_keys(driver, 0) == drawn_keys(driver, 0, "main_bands") == ["r_long", "r_short"]
     weight = driver.execute_script("return window.explorer.weight")
     long, mid = (tensorboard_ema([0.1 * k + start for k in range(n)], weight) for start, n in ((0.1, 10), (0.2, 6)))
     # two seeds: the IQM keeps both (a quarter of 2 is 0), so the line is their mean where both have the epoch
-    assert drawn_rows(driver, 0, "cfg_a")[3] == pytest.approx((long[3] + mid[3]) / 2, rel=1e-12)
-    assert drawn_rows(driver, 0, "cfg_a")[8] == pytest.approx(long[8], rel=1e-12)  # only r_long reaches epoch 8
+    assert drawn_rows(driver, 0, "r_long")[3] == pytest.approx((long[3] + mid[3]) / 2, rel=1e-12)
+    assert drawn_rows(driver, 0, "r_long")[8] == pytest.approx(long[8], rel=1e-12)  # only r_long reaches epoch 8
     run_async(driver, "await window.explorer.update(0, {seeds: true});")
     assert drawn_keys(driver, 0, "main_0_faint") == ["r_extra", "r_long", "r_mid", "r_short"]
-    run_async(driver, "await window.explorer.update(0, {only: 'cfg_b'});")
-    assert drawn_keys(driver, 0) == ["cfg_b"] and drawn_keys(driver, 0, "main_0_faint") == ["r_extra", "r_short"]
+    run_async(driver, "await window.explorer.update(0, {only: 'r_short'});")
+    assert drawn_keys(driver, 0) == ["r_short"] and drawn_keys(driver, 0, "main_0_faint") == ["r_extra", "r_short"]
     run_async(driver, "await window.explorer.update(0, {only: null, grouped: false});")
     assert drawn_keys(driver, 0) == ["r_extra", "r_long", "r_mid", "r_short"]
 
@@ -468,4 +468,4 @@ def test_configurations_are_drawn_and_compared_as_configurations(seeded_page, of
     rows = driver.execute_script("window.explorer.readoutRows = 3; return window.explorer.readoutAt(0, 1)")
     assert len(rows) == 4 and rows[-1] == "1 more"
     # at epoch 1, r_short and r_extra (Cfg B's seeds, 0.3 then 0.4) lead r_mid (0.2 then 0.3)
-    assert [row[:6] for row in rows[:3]] == ["Cfg B ", "Cfg B ", "Cfg A,"]
+    assert [row[:5] for row in rows[:3]] == ["Cfg B", "Cfg B", "Cfg A"] and rows[2].startswith("Cfg A, a long")
