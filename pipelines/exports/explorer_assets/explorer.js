@@ -43,7 +43,6 @@
     return out;
   }
   explorer.ema = ema;
-  explorer.internals = {};
 
   /** The q-quantile of sorted values, interpolated linearly (numpy's default). */
   function quantile(sorted, q) {
@@ -640,10 +639,6 @@
 
   // ---- drawing and state -----------------------------------------------------------------------------------
 
-  Object.assign(explorer.internals, { chartData: (s) => chartData(s), curvesSpec: (s, w, d) => curvesSpec(s, w, d),
-                                      forestSpec: (s) => forestSpec(s, 150), breakdownSpec: (s) => breakdownSpec(s, 900),
-                                      embed: (node, spec, options) => vegaEmbed(node, spec, { ...EMBED, ...options }) });
-
   // Vega warns of an "infinite extent" whenever a layer's data is empty: expected, so only errors reach the console.
   const EMBED = { actions: false, renderer: "svg", tooltip: { theme: "light" }, logLevel: 1 };
 
@@ -1211,13 +1206,10 @@
   }
 
   async function main() {
-    const timings = (explorer.timings = [["start", performance.now()]]);
     const [library, data] = await Promise.all([inflate("explorer-library"), inflate("explorer-data")]);
-    timings.push(["inflated", performance.now()]);
     const script = document.createElement("script");
     script.textContent = library;
     document.head.append(script);
-    timings.push(["library", performance.now()]);
     DATA = JSON.parse(data);
     explorer.data = DATA;
     SETTINGS = DATA.settings;
@@ -1236,9 +1228,7 @@
     for (const section of explorer.sections) root.append(section.node);
     if (!ablations.length && !DATA.overview) root.append(el("p", { class: "note" }, "No runs in this warehouse yet."));
     root.append(footer);
-    timings.push(["sections", performance.now()]);
     if (explorer.sections.length) await ensureDrawn(explorer.sections[0]);
-    timings.push(["first drawn", performance.now()]);
     const observer = new IntersectionObserver((entries) => {
       for (const entry of entries) {
         if (entry.isIntersecting) ensureDrawn(explorer.sections[Number(entry.target.dataset.index)]);
