@@ -408,7 +408,7 @@ def seeded_page(tmp_path):
     spec = importlib.util.spec_from_file_location("export_tables", exports / "conftest.py")
     fixture = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fixture)
-    from test_explorer import explorer_tables, seeded_tables
+    from test_explorer import explorer_tables, many_ablations, seeded_tables
 
     from pipelines.exports.explorer import ExplorerSettings, explorer_pages
 
@@ -419,7 +419,8 @@ def seeded_page(tmp_path):
         "contrasts": "CONTRASTS",
         "snapshots": "SNAPSHOTS",
     }
-    tables = seeded_tables({name: getattr(fixture, constant) for name, constant in names.items()})
+    plain = {name: getattr(fixture, constant) for name, constant in names.items()}
+    tables = seeded_tables(plain)
     solo = tables["runs"].filter(pl.col("run_id") == "solo")
     runs = pl.concat([tables["runs"], solo.with_columns(run_id=pl.lit("solo_s1"))]).with_columns(
         arm=pl.when(pl.col("ablation") == "other").then(pl.lit("solo")).otherwise(pl.col("arm")),
@@ -431,6 +432,10 @@ def seeded_page(tmp_path):
     pages = explorer_pages(explorer_tables({**tables, "runs": runs, "epochs": epochs}), ExplorerSettings())
     path = tmp_path / "index.html"
     path.write_bytes(pages["index.html"])
+    # and the all-runs page of a warehouse of many ablations
+    many = explorer_pages(explorer_tables(many_ablations(plain)), ExplorerSettings())
+    (tmp_path / "many").mkdir()
+    (tmp_path / "many" / "all-runs.html").write_bytes(many["all-runs.html"])
     return path
 
 
@@ -469,3 +474,10 @@ def test_configurations_are_drawn_and_compared_as_configurations(seeded_page, of
     assert len(rows) == 4 and rows[-1] == "1 more"
     # at epoch 1, r_short and r_extra (Cfg B's seeds, 0.3 then 0.4) lead r_mid (0.2 then 0.3)
     assert [row[:5] for row in rows[:3]] == ["Cfg B", "Cfg B", "Cfg A"] and rows[2].startswith("Cfg A, a long")
+
+    # all-runs.html of a warehouse of many ablations: a line per ablation, each run on demand (the one of no
+    # epochs has none)
+    open_page(driver, seeded_page.parent / "many" / "all-runs.html")
+    assert drawn_keys(driver, 0) == ["a b", "a_b", "fourth", "third"]
+    run_async(driver, "await window.explorer.update(0, {grouped: false});")
+    assert drawn_keys(driver, 0) == ["r_long", "r_mid", "r_short", "solo"]

@@ -338,9 +338,10 @@
 
   function panelTitle(section, panel) {
     const smoothing = "smoothed";
+    const [group, members] = section.ablation.overlay ? ["ablation", "runs"] : ["configuration", "seeds"];
     const what = grouped(section)
-      ? `line: the IQM of each configuration's seeds, ${smoothing} · band: the seeds' middle half (25th–75th percentile)`
-        + (section.state.seeds ? " · thin: each seed" : "")
+      ? `line: the IQM of each ${group}'s ${members}, ${smoothing} · band: their middle half (25th–75th percentile)`
+        + (section.state.seeds ? ` · thin: each of the ${members}` : "")
       : `line: each run, ${smoothing}` + (section.state.seeds || !grouped(section) ? " · faint points: per-epoch values while few lines are drawn" : "");
     if (panel.name === "main") {
       const log = section.state.log ? " · log scale (values ≤ 0 left out)" : "";
@@ -884,7 +885,8 @@
     const { ablation } = section;
     const columns = RUN_COLUMNS.filter((c) => (!c.optional || ablation.runs.some((r) => c.key in r)) && (!c.configs || section.configs.size));
     const head = el("tr", {}, el("th", {}, ""), columns.map((c) => {
-      const th = el("th", { class: c.text ? "sortable" : "n sortable", title: c.hint || "click: sort", "data-sort": c.key }, c.title);
+      const title = c.key === "configuration" && ablation.overlay ? "ablation" : c.title;
+      const th = el("th", { class: c.text ? "sortable" : "n sortable", title: c.hint || "click: sort", "data-sort": c.key }, title);
       th.addEventListener("click", () => sortBy(section, c.key));
       return th;
     }));
@@ -1080,7 +1082,8 @@
                                    state.x, "x axis", (x) => update(section, { x }))),
       checkbox(state.log, "log y", (log) => update(section, { log }), { "aria-label": "log y axis" }),
       configs.length ? checkbox(state.grouped, grouping, (g) => update(section, { grouped: g }), { "aria-label": grouping }) : null,
-      configs.length ? checkbox(state.seeds, "seeds", (seeds) => update(section, { seeds }), { "aria-label": "show seeds" }) : null,
+      configs.length ? checkbox(state.seeds, ablation.overlay ? "runs" : "seeds", (seeds) => update(section, { seeds }),
+                                { "aria-label": "show seeds" }) : null,
       configs.length > 1 ? el("label", {}, "show ", select([["", section.ablation.overlay ? "every ablation" : "every configuration"],
                                                             ...configs.map((c) => [c.arm, shortLabel(c.label, 48)])],
                                                            "", "show one configuration", (arm) => update(section, { only: arm || null })))
