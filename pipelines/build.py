@@ -35,7 +35,7 @@ def configure(
         config = WarehouseConfig.from_env(
             releases=[release_location(r) for r in releases] or None,
             registries=[str(Path(registry).absolute())] if registry else None,
-            warehouse_dir=str(Path(warehouse).absolute()) if warehouse else None,
+            warehouse_dir=release_location(warehouse) if warehouse else None,
             lake_dir=release_location(lake) if lake else None,
             workers=workers,
             remove_releases=remove_releases or None,

@@ -25,7 +25,7 @@ class Parameter:
     variable: str = ""  # the GRPO_* environment variable that sets it
     low: float | None = None  # the least value allowed
     high: float | None = None  # the largest value allowed
-    exclusive: bool = False  # low and high themselves are not allowed
+    below_high: bool = False  # high itself is not allowed
     unit: str = ""  # what a whole number counts, named in a refusal
     choices: tuple[str, ...] = ()
     shown_default: str = ""  # the default as the docs say it, where the value itself does not
@@ -36,10 +36,10 @@ class Parameter:
         if isinstance(self.default, float) and not math.isfinite(value):
             return f"must be a finite number, not {value}"
         if self.low is not None and self.high is not None:
-            inside = self.low < value < self.high if self.exclusive else self.low <= value <= self.high
-            if not inside:
-                exclusive = " (exclusive)" if self.exclusive else ""
-                return f"must be between {self.low:g} and {self.high:g}{exclusive}, not {value}"
+            if self.below_high and not self.low <= value < self.high:
+                return f"must be {self.low:g} or more and below {self.high:g}, not {value}"
+            if not self.low <= value <= self.high:
+                return f"must be between {self.low:g} and {self.high:g}, not {value}"
         elif self.low is not None and value < self.low:
             unit = f" ({self.unit})" if self.unit else ""
             return f"must be {self.low:g} or more{unit}, not {value}"
@@ -166,7 +166,8 @@ _SETTINGS = (
 )
 
 _PARAMETERS = (
-    Parameter("ema_weight", 0.9, "weight of the debiased EMA (`reward_ema`)", low=0, high=1),
+    # At 1 the average never moves from its start: no value is a curve's.
+    Parameter("ema_weight", 0.9, "weight of the debiased EMA (`reward_ema`), below 1", low=0, high=1, below_high=True),
     Parameter(
         "rolling_window",
         20,
@@ -189,25 +190,27 @@ _PARAMETERS = (
         200,
         "loaded epochs at or before the horizon that the `reml` and `ar1` models are fitted to; `reml` fits drift up "
         "to the AR coefficient whose correlation time is half of them (0.98 at 200, 0.99 at 400), so runs that drift "
-        "more slowly need more ([statistics.md](statistics.md#beyond-the-studys-range-φ--098))",
-        low=1,
+        "more slowly need more ([statistics.md](statistics.md#beyond-the-studys-range-φ--098)); at least 5 and "
+        "`final_window`",
+        low=5,  # a quadratic trend and two lags: run_summary fits no model to fewer epochs
         unit="epochs",
     ),
     Parameter(
         "bootstrap_reps",
         2000,
-        "bootstrap replicates of `ablation_contrasts` (seeds of an arm; every contrast with `iid`)",
-        low=1,
+        "bootstrap replicates of `ablation_contrasts` (seeds of an arm; every contrast with `iid`); at least 10 beyond "
+        "each end of an interval (400 at `ci_level` 0.95)",
+        low=40,  # 10 beyond each end at the lowest ci_level, 0.5; a higher level needs more (resources.py)
         unit="replicates",
     ),
     Parameter("bootstrap_seed", 20260101, "seed of the bootstrap draws"),
     Parameter(
         "ci_level",
         0.95,
-        "level of every interval (runs' matched reward, contrasts) and of the figure's band",
-        low=0,
+        "level of every interval (runs' matched reward, contrasts) and of the figure's band: 0.5 or more, below 1",
+        low=0.5,  # a narrower interval backs no claim, yet would mark contrasts resolved
         high=1,
-        exclusive=True,
+        below_high=True,
     ),
     Parameter("breakdown_window", 50, "epochs per window of `reward_breakdowns`", low=1, unit="epochs"),
     Parameter(
@@ -235,7 +238,7 @@ _PARAMETERS = (
         unit="bytes",
         shown_default="64 MiB",
     ),
-    Parameter("sample_seed", 0, "seed of the bundled sample release"),
+    Parameter("sample_seed", 0, "seed of the bundled sample release", low=0),
 )
 
 DECLARED: dict[str, Parameter] = {parameter.name: parameter for parameter in _SETTINGS + _PARAMETERS}

@@ -27,9 +27,27 @@ PUBLISHED_NAME = "warehouse.duckdb"
 OBJECT_SCHEME = "s3://"  # a release or a lake under this is in an S3-compatible bucket (docs/scale-out.md)
 
 
+# What reads as a URL rather than a folder: any scheme://, or s3: in any case and with any number of slashes.
+_URL_LIKE = re.compile(r"(?i)s3:|[a-z][a-z0-9+.-]*://")
+_BUCKET_PREFIX = re.compile(r"s3://[^/\s]+(/.*)?", re.DOTALL)
+
+
 def release_location(text: str) -> str:
-    """A release as given: a bucket URL as it is, a folder made absolute."""
-    return text if text.startswith(OBJECT_SCHEME) else str(Path(text).absolute())
+    """A release (or the lake) as given: a URL as it is, a folder made absolute."""
+    return text if is_url(text) else str(Path(text).absolute())
+
+
+def is_url(text: str) -> bool:
+    return bool(_URL_LIKE.match(text))
+
+
+def location_problem(text: str) -> str | None:
+    """Why a release or lake location that reads as a URL is not one the warehouse can use (only s3://bucket/prefix
+    is), or None. A folder whose name starts like a URL is given as ./s3: or with its whole path."""
+    if not is_url(text) or _BUCKET_PREFIX.fullmatch(text):
+        return None
+    folder = "" if "//" in text else f" (a folder of that name: ./{text})"
+    return f"{text!r} is not a bucket prefix s3://bucket/prefix, the only URL read{folder}"
 
 
 def published_path(warehouse: Path) -> Path:

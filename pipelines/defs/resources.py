@@ -1,5 +1,7 @@
 """The one configurable resource: where releases and the warehouse are, and every metric parameter."""
 
+import math
+import os
 import socket
 import tempfile
 import urllib.parse
@@ -11,7 +13,7 @@ import dagster as dg
 import duckdb
 import pydantic
 
-from pipelines.lake_store import LakePath, lake_problem, lake_root
+from pipelines.lake_store import LakePath, in_bucket, lake_problem, lake_root
 from pipelines.models import sql_string
 from pipelines.parameters import DECLARED, PARAMETERS, Parameter
 from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
@@ -21,6 +23,8 @@ from pipelines.settings import (
     ENVIRONMENT,
     OBJECT_SCHEME,
     ConfigError,
+    is_url,
+    location_problem,
     read_environment,
     release_location,
 )
@@ -92,6 +96,17 @@ class WarehouseConfig(_Declared):
         for name, parameter in DECLARED.items():
             if problem := parameter.problem(getattr(self, name)):
                 raise ConfigError(f"{_named(name)} {problem}")
+        _check_bootstrap(self.bootstrap_reps, self.ci_level)
+        if self.ci_fit_epochs < self.final_window:
+            raise ConfigError(
+                f"ci_fit_epochs ({self.ci_fit_epochs}) must be final_window ({self.final_window}) or more: the "
+                "interval of a matched window is fitted on epochs that include the whole window"
+            )
+        for what, locations in (("release", self.releases), ("the lake", [self.lake_dir])):
+            for problem in filter(None, map(location_problem, locations)):
+                raise ConfigError(f"{what} {problem}")
+        if is_url(self.warehouse_dir):
+            raise ConfigError(f"the warehouse {self.warehouse_dir!r} is a URL: the warehouse is a folder on a disk")
         _check_memory_limit(self.duckdb_memory_limit)
         _check_executor(self.executor, self.dask_address)
         if problem := duckdb_path_problem(self.warehouse):
@@ -101,7 +116,7 @@ class WarehouseConfig(_Declared):
         """Raises ConfigError for a release, registry or warehouse folder the build cannot use: called before a
         build starts, as the files may change between builds."""
         for release in self.releases:
-            if problem := release_problem(release_location(release)):
+            if problem := release_problem(release_location(release)) or self._shared_folder_problem(release):
                 raise ConfigError(problem)
         for registry in self.registries:
             read_registry(Path(registry))  # RegistryError (a ConfigError) names the file, the line and the problem
@@ -115,6 +130,30 @@ class WarehouseConfig(_Declared):
             _check_writable(self.lake, "lake")
         if self.executor == "dask":
             _check_reachable(self.dask_address)
+
+    def _shared_folder_problem(self, release: str) -> str | None:
+        """Why a release folder cannot be read beside the warehouse's own files, or None: it is the warehouse, or
+        lies in the lake, or holds a lake kept outside the warehouse (whose run folders would be read as runs). A
+        warehouse inside a release is left out of its runs (find_run_folders)."""
+        if is_url(release):
+            return None
+        root, warehouse = Path(os.path.realpath(release)), Path(os.path.realpath(self.warehouse))
+        if root == warehouse:
+            return (
+                f"release folder {release} is the warehouse folder: its lake and exports would be read as runs; give "
+                "the folder of run folders, and keep the warehouse in another folder"
+            )
+        if in_bucket(self.lake):
+            return None
+        lake = Path(os.path.realpath(self.lake))
+        if lake == root or lake in root.parents:
+            return f"release folder {release} is inside the lake {self.lake}: give the folder of run folders"
+        if root in lake.parents and warehouse not in lake.parents:
+            return (
+                f"the lake {self.lake} is inside release folder {release}: its folders would be read as runs; keep "
+                "the lake in another folder"
+            )
+        return None
 
     @property
     def warehouse(self) -> Path:
@@ -166,6 +205,20 @@ def _named(field: str) -> str:
     """A field as the user set it: with its environment variable, if it has one."""
     variable = next((name for name, (set_field, _) in ENVIRONMENT.items() if set_field == field), None)
     return f"{field} ({variable})" if variable else field
+
+
+# The percentile interval of a bootstrap rests on the replicates beyond each of its ends: this many at least.
+MIN_TAIL_REPLICATES = 10
+
+
+def _check_bootstrap(replicates: int, level: float) -> None:
+    tail = replicates * (1 - level) / 2
+    if tail < MIN_TAIL_REPLICATES:
+        needed = math.ceil(2 * MIN_TAIL_REPLICATES / (1 - level) - 1e-9)
+        raise ConfigError(
+            f"bootstrap_reps ({replicates}) leaves {tail:g} replicate(s) beyond each end of a {level:g} interval: "
+            f"its ends need {MIN_TAIL_REPLICATES} each, {needed} replicates or more at ci_level {level:g}"
+        )
 
 
 def _check_memory_limit(limit: str) -> None:

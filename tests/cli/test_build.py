@@ -129,15 +129,15 @@ def test_parameters_given_on_the_command_line_reach_the_models_of_that_build_onl
         for epoch in range(6):
             write_epoch(release / run, epoch, epoch_document(epoch, n=4))
     wh = tmp_path / "wh"
-    params = ["--param", "ci_method=iid", "--param", "bootstrap_reps=7", "--param", "final_window=3"]
+    params = ["--param", "ci_method=iid", "--param", "bootstrap_reps=401", "--param", "final_window=3"]
 
     assert build([release], wh, *params) == 0
-    # One ablation (the release) of two runs: one contrast, by the plain bootstrap, 7 replicates a run, and a matched
+    # One ablation (the release) of two runs: one contrast, by the plain bootstrap, 401 replicates a run, and a matched
     # window of the last 3 of the 6 epochs both runs reach.
     assert query(wh, "select ci_method, unit from ablation_contrasts") == [("iid", "epochs of one run")]
     assert query(wh, "select run_id, count(*) from bootstrap_means group by 1 order by 1") == [
-        ("run_a", 7),
-        ("run_b", 7),
+        ("run_a", 401),
+        ("run_b", 401),
     ]
     assert query(wh, "select run_id, min(epoch), max(epoch) from matched_window_values group by 1 order by 1") == [
         ("run_a", 3, 5),
