@@ -389,7 +389,15 @@ def _line_legend(fig: Figure, configs: pl.DataFrame, colours: dict[str, str], by
             handles.append((band, line) if by_config and seeds > 1 else line)
             labels.append(f"{name} ({seeds} seed{'s' if seeds != 1 else ''})" if by_config else name)
     if handles:
-        _fit_legend(fig, handles, [textwrap.fill(label, LABEL_CHARACTERS, break_on_hyphens=False) for label in labels])
+        wrapped = [_wrapped(label) for label in labels]
+        _fit_legend(fig, handles, wrapped)
+
+
+def _wrapped(label: str) -> str:
+    """A label as written, or on several lines where it is longer than LABEL_CHARACTERS."""
+    if len(label) <= LABEL_CHARACTERS:
+        return label
+    return textwrap.fill(label, LABEL_CHARACTERS, break_on_hyphens=False)
 
 
 def _fit_legend(fig: Figure, handles: list, labels: list[str]) -> None:

@@ -11,12 +11,15 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import polars as pl
 import pytest
+from figure_artists import by_gid, colour_of
+from hostile import HOSTILE_NAMES
 from matplotlib.collections import PolyCollection
-from matplotlib.colors import to_hex
+from matplotlib.text import Text
 from PIL import Image
 
 from pipelines.exports.figure import (
     FIGURES_PER_PROCESS,
+    NEEDED_EPOCH_COLUMNS,
     PAPER_FIGURE_NAMES,
     FigureJob,
     Smoothing,
@@ -33,18 +36,8 @@ from pipelines.exports.figure_series import PALETTE, with_bands
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def by_gid(ax, prefix: str) -> dict[str, object]:
-    artists = list(ax.get_lines()) + list(ax.collections)
-    return {str(a.get_gid()).split(":", 1)[1]: a for a in artists if str(a.get_gid()).startswith(prefix + ":")}
-
-
 def legend_texts(fig) -> list[str]:
     return [t.get_text() for t in fig.legends[0].get_texts()]
-
-
-def colour_of(artist) -> str:
-    colour = artist.get_facecolor()[0] if isinstance(artist, PolyCollection) else artist.get_color()
-    return to_hex(colour, keep_alpha=False)
 
 
 def test_three_run_ablation_has_one_series_per_run_with_its_label(tables):
@@ -97,28 +90,25 @@ def test_names_no_font_draws_are_shown_escaped_and_drawn_without_warnings(tables
     assert fig.get_suptitle().startswith("Ablation “abl\\n2”")
 
 
-HOSTILE = r"run_$x_{1}$ \alpha <b>&amp; {a}</b>"
-
-
-def test_names_are_text_never_markup_in_the_png_and_a_well_formed_svg(tables):
-    # Dollar signs, backslashes, braces and angle brackets are shown as written (never mathtext), and the SVG, parsed
-    # as XML, holds them literally; a run id with a control character is a valid SVG id.
-    runs = tables["runs"].with_columns(
-        run_id=pl.col("run_id").replace("r_short", "r\x01<short>"),
-        label=pl.when(pl.col("run_id") == "r_mid").then(pl.lit(HOSTILE)).otherwise(pl.col("label")),
-        ablation=pl.col("ablation").replace("abl", "$a$_<&>"),
-    )
-    epochs = tables["epochs"].with_columns(run_id=pl.col("run_id").replace("r_short", "r\x01<short>"))
-    summary = tables["summary"].with_columns(run_id=pl.col("run_id").replace("r_short", "r\x01<short>"))
-    fig = ablation_figure("$a$_<&>", runs, epochs, summary)
-    assert HOSTILE in legend_texts(fig) and "r\\x01<short>" in legend_texts(fig)
-    assert all(not text.get_parse_math() for text in fig.legends[0].get_texts())
-    files = figure_files("$a$_<&>", fig)
-    svg = ET.fromstring(files[f"{file_stem('$a$_<&>')}.svg"])
+def test_names_are_text_never_markup_in_the_png_and_a_well_formed_svg():
+    # Names that are markup somewhere, and one that mathtext would typeset ($…$): each is the run id, label and (the
+    # first) ablation; each is shown as written (a newline as its escape), and the SVG, parsed as XML, holds them.
+    names = [*HOSTILE_NAMES, r"run_$x_{1}$ \alpha {a}"]
+    runs = pl.DataFrame({"run_id": names, "ablation": names[0], "label": names})
+    epochs = pl.DataFrame(
+        {"run_id": [n for n in names for _ in range(3)], "epoch": [0, 1, 2] * len(names)}
+    ).with_columns(pl.lit(0.5).alias(c) for c in NEEDED_EPOCH_COLUMNS[2:])
+    summary = pl.DataFrame({"run_id": names, "matched_horizon": 1, "matched_reward": 0.5})
+    fig = ablation_figure(names[0], runs, epochs, summary)
+    shown = sorted(name.replace("\n", "\\n") for name in names)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == shown
+    assert not [t for t in fig.findobj(Text) if t.get_parse_math()]
+    files = figure_files(names[0], fig)
+    svg = ET.fromstring(files[f"{file_stem(names[0])}.svg"])
     words = {"".join(el.itertext()) for el in svg.iter(f"{SVG}text")}
-    assert HOSTILE in words and "Ablation “$a$_<&>”: 3 runs, compute-matched at epoch 1" in words
-    assert "ema:r\\x01<short>" in {el.get("id") for el in svg.iter(f"{SVG}g")}
-    assert Image.open(io.BytesIO(files[f"{file_stem('$a$_<&>')}.png"])).format == "PNG"
+    assert set(shown) <= words and f"Ablation “{names[0]}”: {len(names)} runs, compute-matched at epoch 1" in words
+    assert {f"ema:{name}" for name in shown} <= {el.get("id") for el in svg.iter(f"{SVG}g")}
+    assert Image.open(io.BytesIO(files[f"{file_stem(names[0])}.png"])).format == "PNG"
 
 
 def test_the_matched_horizon_is_marked_in_every_panel(tables):

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import polars as pl
 import pytest
-from matplotlib.collections import PolyCollection
+from figure_artists import by_gid, colour_of
 from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
@@ -52,16 +52,6 @@ def seeds() -> dict[str, pl.DataFrame]:
         {"run_id": list(SEEDS), "matched_horizon": [1] * len(SEEDS), "matched_reward": rng.uniform(0, 1, len(SEEDS))}
     )
     return {"runs": runs, "epochs": epochs, "summary": summary}
-
-
-def by_gid(ax, prefix: str) -> dict[str, object]:
-    artists = list(ax.get_lines()) + list(ax.collections)
-    return {str(a.get_gid()).split(":", 1)[1]: a for a in artists if str(a.get_gid()).startswith(prefix + ":")}
-
-
-def colour_of(artist) -> str:
-    colour = artist.get_facecolor()[0] if isinstance(artist, PolyCollection) else artist.get_color()
-    return to_hex(colour, keep_alpha=False)
 
 
 def draw_seeds(seeds):
@@ -160,11 +150,19 @@ def test_shades_mix_a_colour_towards_black_and_white():
     assert shade("#0072B2", 0.0) == "#0072B2"
 
 
-def many_runs(count: int, seeds: int = 1, families: int = 2, epochs: int = 30) -> dict[str, pl.DataFrame]:
-    """count configurations of `seeds` runs each, with long labels, in `families` reward families."""
+def many_runs(
+    count: int, seeds: int = 1, families: int = 2, epochs: int = 30, detail: str = ""
+) -> dict[str, pl.DataFrame]:
+    """count configurations of `seeds` runs each, with long labels (detail: more of them), in `families` reward
+    families."""
     rng = np.random.default_rng(count)
     rows = [
-        (f"run_{k:03d}_s{s}", f"cfg_{k:03d}", f"Iterative pairwise vs baseline, {k}/8 FP, lr 3e-6 · seed {s}", k)
+        (
+            f"run_{k:03d}_s{s}",
+            f"cfg_{k:03d}",
+            f"Iterative pairwise vs baseline{detail}, {k}/8 FP, lr 3e-6 · seed {s}",
+            k,
+        )
         for k in range(count)
         for s in range(seeds)
     ]
@@ -188,15 +186,22 @@ def many_runs(count: int, seeds: int = 1, families: int = 2, epochs: int = 30) -
     return {"runs": runs, "epochs": frame, "summary": summary}
 
 
-@pytest.mark.parametrize(("count", "seeds", "entries"), [(5, 1, 5), (4, 10, 4), (20, 1, 20), (40, 1, 2), (90, 1, 2)])
-def test_the_legend_fits_below_the_panels_and_no_label_runs_into_a_title(count, seeds, entries):
-    tables = many_runs(count, seeds)
+LONG = ", the rewards of an ensemble of three judges averaged, each prompted with its own rubric" * 2
+
+
+@pytest.mark.parametrize(
+    ("count", "seeds", "entries", "detail"),
+    [(5, 1, 5, ""), (4, 10, 4, ""), (20, 1, 20, ""), (40, 1, 2, ""), (90, 1, 2, ""), (3, 1, 3, LONG)],
+)
+def test_the_legend_fits_below_the_panels_and_no_label_runs_into_a_title(count, seeds, entries, detail):
+    tables = many_runs(count, seeds, detail=detail)
     fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
     render(fig, "png")  # laid out as the file is
     renderer = fig.canvas.get_renderer()
     width, height = fig.bbox.width, fig.bbox.height
     legend = fig.legends[0].get_window_extent(renderer)
     assert len(fig.legends[0].get_texts()) == entries
+    assert all(("\n" in t.get_text()) == bool(detail) for t in fig.legends[0].get_texts())  # the long ones wrap
     assert legend.x0 >= 0 and legend.x1 <= width and legend.y0 >= 0 and legend.y1 <= height  # never clipped
     for ax in fig.axes:
         assert legend.y1 <= ax.get_tightbbox(renderer).y0  # below every panel, its tick labels and axis labels
