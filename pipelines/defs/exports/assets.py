@@ -330,7 +330,8 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         {"runs": FIGURE_RUNS_SQL, "epochs": EPOCHS_SQL, "summary": "select * from run_summary order by run_id"},
         FIGURE_INPUTS,
     )
-    before = recorded_metadata(exports, ablation_figures.key.to_user_string()).get("ablations", {})
+    last = recorded_metadata(exports, ablation_figures.key.to_user_string())
+    before = last.get("ablations", {})
     plans, jobs = plan_figures(
         tables,
         params,
@@ -355,7 +356,13 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         export_fingerprint(inputs, params, CODE_VERSION),
         [f"{FIGURES}/{name}" for name in files],
         version.value,
-        {"files": sorted(files), "preview": preview, "ablations": ablations, "drawn_in_run": context.run.run_id},
+        # the run that drew a figure last: with every figure kept, the record (and its file) stays as it was
+        {
+            "files": sorted(files),
+            "preview": preview,
+            "ablations": ablations,
+            "drawn_in_run": context.run.run_id if jobs else last.get("drawn_in_run", context.run.run_id),
+        },
     )
     return dg.MaterializeResult(
         metadata=figures_metadata(folder, list(files), preview, len(written), failures), data_version=version
