@@ -300,6 +300,18 @@ def report_failures(context: dg.AssetExecutionContext, failures: dict[str, str])
         context.log.warning(f"the figure of ablation {ablation!r} was not drawn: {cause}")
 
 
+def kept_figures(context: dg.AssetExecutionContext, entry: dict | None, folder: Path) -> dg.MaterializeResult | None:
+    """The result of the figures kept whole (their inputs unchanged since they were drawn), or None: plan them.
+    Only when every figure was drawn: one that failed is tried again, and reported again if it fails."""
+    if not entry or figure_failures(entry["metadata"].get("ablations", {})):
+        return None
+    # Not the preview again (up to a few hundred kB of images): every materialization's metadata is stored.
+    meta = entry["metadata"]
+    drawn = f"run `{meta['drawn_in_run'][:8]}`" if meta.get("drawn_in_run") else "an earlier materialization"
+    previews = f"Figures unchanged since {drawn}, whose materialization shows them."
+    return kept_result(context, entry, figures_metadata(folder, meta["files"], previews, 0, {}))
+
+
 @dg.asset(
     deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
     group_name=GROUP,
@@ -318,13 +330,8 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
     entry = kept_entry(
         exports, ablation_figures.key.to_user_string(), inputs_fingerprint(warehouse, FIGURE_INPUTS, params)
     )
-    # Kept whole only when every figure was drawn: one that failed is tried again, and reported again if it fails.
-    if entry and not figure_failures(entry["metadata"].get("ablations", {})):
-        # Not the preview again (up to a few hundred kB of images): every materialization's metadata is stored.
-        meta = entry["metadata"]
-        drawn = f"run `{meta['drawn_in_run'][:8]}`" if meta.get("drawn_in_run") else "an earlier materialization"
-        previews = f"Figures unchanged since {drawn}, whose materialization shows them."
-        return kept_result(context, entry, figures_metadata(folder, meta["files"], previews, 0, {}))
+    if kept := kept_figures(context, entry, folder):
+        return kept
     tables, inputs = read_tables(
         warehouse,
         {"runs": FIGURE_RUNS_SQL, "epochs": EPOCHS_SQL, "summary": "select * from run_summary order by run_id"},
