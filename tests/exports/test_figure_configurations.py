@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 from scipy.stats import trim_mean
 
-from pipelines.exports.figure import Smoothing, ablation_figure, render
+from pipelines.exports.figure import FigureJob, Smoothing, ablation_figure, draw, render
 from pipelines.exports.figure_series import PALETTE, shade
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -237,3 +237,16 @@ def test_up_to_twenty_lines_never_share_a_colour_and_past_it_a_family_shares_a_h
     assert len(set(colours.values())) == 21
     # past twenty lines, single runs are lines alone: no per-epoch points or bands
     assert not by_gid(fig.axes[0], "raw") and not by_gid(fig.axes[0], "band")
+
+
+@pytest.mark.parametrize("case", ["no epochs", "NaN only", "beyond 1e100"])
+def test_degenerate_seeds_are_drawn(seeds, case):
+    epochs = seeds["epochs"]
+    epochs = {
+        "no epochs": epochs.clear(),
+        "NaN only": epochs.with_columns(pl.lit(float("nan")).alias(c) for c in VALUES),
+        "beyond 1e100": epochs.with_columns(reward_ema=pl.lit(1e308), mean_reward=pl.lit(-1e308)),
+    }[case]
+    drawing = draw(FigureJob("abl", (seeds["runs"], epochs, seeds["summary"]), Smoothing(), 50, False))
+    assert drawing.failure is None and sorted(drawing.files) == ["abl.png", "abl.svg"]
+    ET.fromstring(drawing.files["abl.svg"])
