@@ -100,7 +100,8 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
         print(f"no --release given: building the bundled sample release (in {config.sample_dir})", flush=True)
     roots = config.release_roots()
     runs, _, problems = config.find_runs()
-    for problem in problems:
+    empty = [f"release folder {root} holds no run folder" for root in roots if root not in _roots_of(runs)]
+    for problem in problems + empty:
         print(f"warning: {problem}", file=sys.stderr)
     lake = config.lake
     if refusal := removal_refusal(roots, runs, lake, config.remove_releases):
@@ -128,7 +129,12 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
         )
     if not result.success:
         raise BuildError(failure_reason(result))
-    return print_summary(config.warehouse, time.perf_counter() - started, config.lake)
+    return empty + print_summary(config.warehouse, time.perf_counter() - started, config.lake)
+
+
+def _roots_of(runs: dict) -> set:
+    """The release roots the runs were found in, as release_roots gives them."""
+    return {run.release_root for run in runs.values()}
 
 
 @contextmanager

@@ -50,10 +50,12 @@ def parser() -> argparse.ArgumentParser:
     build = commands.add_parser("build", help="materialize every asset against the releases")
     build.add_argument(
         "--release",
-        action="append",
+        action="extend",
+        nargs="+",  # --release DIR/* as a shell expands it
         default=[],
         metavar="DIR",
-        help="a release folder of run folders; repeat for several (default: the bundled sample release)",
+        help="a release folder of run folders; several after one flag or the flag repeated (default: the bundled "
+        "sample release)",
     )
     build.add_argument("--registry", metavar="FILE", help="CSV of run attributes overriding what run names tell")
     build.add_argument(

@@ -22,13 +22,15 @@ def removal_refusal(
 ) -> str | None:
     """Why the runs the lake holds but no release shows may not be removed, or None when they may.
 
-    A run is in the release its manifest names. Its removal is refused when that release shows no run at all now,
-    either because its folder is missing, unreadable or empty, or because it is not among the releases given; or
-    when the release's name now stands for another folder than the run came from, which none of the runs it shows
-    came from either (a release moved whole keeps its runs' folder in their manifests). A release named in
-    remove_releases leaves whole.
+    A run is in the release its manifest names; one with no manifest may always leave. Its removal is refused when
+    that release shows no run at all now, either because its folder is missing, unreadable or empty, or because it
+    is not among the releases given; or when the release's name now stands for another folder than the run came
+    from, which none of the runs it shows came from either (a release moved whole keeps its runs' folder in their
+    manifests). A release named in remove_releases leaves whole.
     """
     gone = [(run_id, read_manifest(lake, run_id)) for run_id in gone_runs(lake, runs)]
+    # A run with no manifest was never ingested whole (its first ingest failed): the warehouse published none of it.
+    gone = [(run_id, manifest) for run_id, manifest in gone if manifest]
     gone = [(run_id, manifest) for run_id, manifest in gone if manifest.get("release", "") not in remove_releases]
     if not gone:
         return None

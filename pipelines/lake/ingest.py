@@ -90,6 +90,7 @@ def ingest_run(
     with run_lock(lake, run_id):
         previous = read_manifest(lake, run_id)
         work = compare_listing(listing, lake, max_file_bytes, previous)
+        listing = work.listing  # with the files of a folder it could not list, kept
         if not work.pending:
             quarantined = settle_unchanged(listing, lake, previous, quiet_seconds)
             return ingest_result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
@@ -174,7 +175,7 @@ def _parse_files(
 
     def outcome(file: EpochFile, status: str, reason: str | None, epoch: int | None) -> None:
         outcomes[file.source_path] = FileOutcome(
-            file.size, file.mtime_ns, status, reason, epoch, ctime_ns=file.ctime_ns
+            file.size, file.mtime_ns, status, reason, epoch, file.ctime_ns, file.layout, file.epoch_in_name
         )
 
     for file, fetched in with_objects_fetched(files, max_file_bytes):

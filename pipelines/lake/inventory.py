@@ -112,6 +112,9 @@ class FileOutcome:
     # Its change time: a same-size rewrite whose mtime was set back (touch -r, cp -p) cannot set it back. 0: unknown
     # (a manifest written before it was kept), not compared.
     ctime_ns: int = 0
+    # As listed: kept when its folder cannot be listed again (unlisted.py)
+    layout: str = "file"
+    epoch_in_name: int | None = None
 
 
 def error_row(run_id, source_path, epoch, kind, severity, message, action) -> dict:

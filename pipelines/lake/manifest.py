@@ -15,6 +15,7 @@ from pipelines.lake.inventory import folders_without_document, source_path_of
 from pipelines.lake.parquet import count_rows, write_text_atomically
 from pipelines.lake.paths import manifest_file, partition_file, stamps_file
 from pipelines.lake.read import OVER_THE_LIMIT
+from pipelines.lake.unlisted import with_unlisted_kept
 from pipelines.lake_store import LakePath, exists, lake_root
 from pipelines.parameters import DECLARED
 from pipelines.release.discover import (
@@ -150,6 +151,7 @@ class RunWork:
 
 def compare_listing(listing: RunListing, lake: LakePath, max_file_bytes: int, previous: dict) -> RunWork:
     """A run's listing against its manifest (previous, as read_manifest returns it); stats only, parses nothing."""
+    listing = with_unlisted_kept(listing, previous)
     # The manifest's entries are compared as they were read: a no-change build does this for every file of every
     # run, and builds no object per file.
     files: dict[str, dict] = previous.get("files", {})

@@ -146,7 +146,9 @@ def _stdlib_parse(data: bytes) -> tuple[Any, _DuplicateKeys]:
         # A string left open runs to the end of the file: the file was cut short there too.
         cut_short = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         kind = "truncated_json" if cut_short else "invalid_json"
-        raise DecodeError(kind, f"{exc.msg} at line {exc.lineno}, column {exc.colno} (char {exc.pos})") from None
+        # "Unterminated string starting at": the position that follows is where the string starts.
+        where = f"{exc.msg.removesuffix(' at')} at line {exc.lineno}, column {exc.colno} (char {exc.pos})"
+        raise DecodeError(kind, where) from None
     except RecursionError:
         raise DecodeError("invalid_json", "nested too deeply to parse") from None
     if _LONE_SURROGATE.search(data):

@@ -267,6 +267,19 @@ class _RunLister:
         self.folders = None
         return _link_problem(Path(entry.path), self.root)
 
+    def not_a_file(self, entry: os.DirEntry, source_path: str, epoch: int) -> None:
+        """An entry named as an epoch document that is a folder, a FIFO, a socket or a device: reported as what it
+        is, and never opened (a FIFO's open would wait for a writer)."""
+        try:
+            mode = entry.stat().st_mode  # follows a link, checked to stay inside the root
+        except OSError as exc:
+            self.skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
+            return
+        what = next((kind for test, kind in _NOT_FILES if test(mode)), "a device")
+        self.skip(
+            source_path, f"named as an epoch document, but {what}, not a file; not opened", "not_a_file", epoch=epoch
+        )
+
     def add_epoch(self, entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
         if shown(source_path) != source_path:
             self.skip(source_path, "a document whose name is not UTF-8 text; not loaded (renamed, it is)", "bad_name")
@@ -303,6 +316,9 @@ class _RunLister:
                 self.skip(path, "hidden entry", epoch=epoch)
             elif not (inner.name in known or inner.name.endswith(".json")):
                 others.append(inner)
+            elif inner.name in known and not inner.is_symlink() and not inner.is_file():
+                self.not_a_file(inner, path, epoch)  # a FIFO named results.json: its own problem, not the folder's
+                refused = True
             # A regular file, or a link to anything but a folder (a broken link is reported as such).
             elif not (inner.is_file() or (inner.is_symlink() and not inner.is_dir())):
                 others.append(inner)
@@ -355,8 +371,11 @@ class _RunLister:
                 named = EPOCH_FILE_NAME.match(name) or EPOCH_DIR_NAME.match(name)
                 self.skip(source_path, problem, "outside_link", epoch=int(named.group(1)) if named else None)
                 continue
-            if (match := EPOCH_FILE_NAME.match(name)) and entry.is_file():
-                self.add_epoch(entry, source_path, int(match.group(1)), "file")
+            if match := EPOCH_FILE_NAME.match(name):
+                if entry.is_file():
+                    self.add_epoch(entry, source_path, int(match.group(1)), "file")
+                else:
+                    self.not_a_file(entry, source_path, int(match.group(1)))
             elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
                 try:
                     if self.folders is not None:
@@ -373,6 +392,11 @@ class _RunLister:
                     )
                     continue
                 self.list_epoch_folder(inner_entries, source_path, match.group(1))
+            elif name != name.lower() and (
+                match := EPOCH_FILE_NAME.match(lower := name.lower()) or EPOCH_DIR_NAME.match(lower)
+            ):
+                reason = f"named as an epoch entry in capital letters; not loaded (renamed {lower}, it is)"
+                self.skip(source_path, reason, "stray_file", epoch=int(match.group(1)))
             elif name.startswith("epoch_") and not EPOCH_COMPANION_NAME.match(name):
                 # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
                 self.skip(
@@ -382,6 +406,10 @@ class _RunLister:
                 )
             else:
                 self.skip(source_path, "not an epoch file")
+
+
+# What an entry is when it is not a regular file, by its mode (anything else: a device).
+_NOT_FILES = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
 def _name(entry: os.DirEntry) -> str:
@@ -411,7 +439,34 @@ def release_problem(root: Path) -> str | None:
             f"release folder {shown(str(root))} holds epoch documents itself: it is a run folder; give the folder "
             f"that holds the run folders instead (--release {shown(str(parent))})"
         )
+    if releases := _releases_inside(root):
+        given = " ".join(f"--release {shown(str(release))}" for release in releases[:5])
+        return f"release folder {shown(str(root))} holds releases, whose folders hold the runs: give each ({given})"
     return None
+
+
+def _releases_inside(root: Path, looked_at: int = 3) -> list[Path]:
+    """The folders of root that are releases (a folder of theirs holds epoch entries), when none of root's first
+    folders is a run (as a sample's --out folder is): a few folders looked into, not the whole release."""
+
+    def folders(path: Path) -> list[Path]:
+        try:
+            with os.scandir(path) as entries:
+                return sorted(Path(e.path) for e in entries if e.is_dir() and not e.name.startswith("."))
+        except OSError:
+            return []
+
+    def holds_epochs(path: Path) -> bool:
+        try:
+            with os.scandir(path) as entries:
+                return any(EPOCH_FILE_NAME.match(e.name) or EPOCH_DIR_NAME.match(e.name) for e in entries)
+        except OSError:
+            return False
+
+    children = folders(root)
+    if not children or any(map(holds_epochs, children[:looked_at])):
+        return []
+    return [child for child in children if any(map(holds_epochs, folders(child)[:looked_at]))]
 
 
 def list_object_run(run: RunFolder, fs=None) -> RunListing:

@@ -215,8 +215,9 @@ def _storable(values: list) -> bool:
 
 def mtime_column(mtime_ns: list[int]) -> pl.Series:
     """File mtimes (ns) as a UTC timestamp column: whole microseconds, as Parquet holds them; in bulk, not a
-    datetime object per file."""
-    return (pl.Series(mtime_ns, dtype=pl.Int64) // 1000).cast(pl.Datetime("us", "UTC"))
+    datetime object per file. Nanoseconds since 1970 pass 64 bits after 2262 (a file system may hold a later
+    mtime): they are divided as 128-bit integers."""
+    return (pl.Series(mtime_ns, dtype=pl.Int128) // 1000).cast(pl.Int64).cast(pl.Datetime("us", "UTC"))
 
 
 def _as_floats(values: list) -> list | None:

@@ -8,6 +8,7 @@ from helpers import epoch_document, write_epoch_file
 from pipelines.build import failure_reason
 from pipelines.cli import main
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.lake.paths import register_run
 from pipelines.lake.runs import ingest_runs
 from pipelines.release.discover import find_run_folders
 from pipelines.removals import removal_refusal
@@ -45,6 +46,11 @@ CASES = [
         {},
         "release folder {tmp}/rel/run_a holds epoch documents itself: it is a run folder; give the folder that holds "
         "the run folders instead (--release {tmp}/rel)",
+    ),
+    (
+        ["--release", "{tmp}"],
+        {},
+        "release folder {tmp} holds releases, whose folders hold the runs: give each (--release {tmp}/rel)",
     ),
     (["--registry", "{tmp}/missing.csv"], {}, "{tmp}/missing.csv: cannot read the registry: No such file or directory"),
     (["--warehouse", "{tmp}/a_file"], {}, "the warehouse {tmp}/a_file is a file, not a folder"),
@@ -170,6 +176,18 @@ def test_runs_of_a_release_that_is_missing_empty_or_left_out_are_not_removed(tmp
     )
     assert refusal([other], remove=["rel"]) is None
     assert refusal([release], remove=["rel"]) is None
+
+
+def test_a_run_whose_first_ingest_failed_may_leave_with_its_folder(tmp_path, release, refusal):
+    lake = tmp_path / "lake"
+    register_run(lake, "run_c")  # as a first ingest does before it parses, and one that failed leaves it
+    assert refusal([release]) is None  # run_c, of no release, is no reason to refuse
+    (release / "run_b").rename(tmp_path / "run_b_moved")
+    (release / "run_a").rename(tmp_path / "run_a_moved")
+    assert refusal([release]).endswith(
+        "2 run(s) of release 'rel' (run_a, run_b) (an unmounted disk? a typo?); "
+        "to remove them, add --remove-release rel"
+    )
 
 
 def test_runs_are_not_removed_when_their_release_name_now_stands_for_another_folder(tmp_path, release, refusal):

@@ -45,6 +45,11 @@ def test_unparseable_documents(data, kind, where):
         assert where in error.message
 
 
+def test_an_unterminated_string_says_where_it_starts_in_plain_words():
+    text = '{"epoch": 3, "snapshot_id": "ft_sn'  # the string opens at char 28, the 29th of line 1
+    assert refused(text).message == "Unterminated string starting at line 1, column 29 (char 28)"
+
+
 def test_invalid_utf8_says_which_byte():
     data = GOOD.encode().replace(b"ft_snap_003", b"ft_snap_\xff03")
     error = refused(data)

@@ -65,3 +65,52 @@ def test_links_out_of_the_release_are_reported_and_links_inside_followed(tmp_pat
     listing = list_run(runs["run"])
     assert [f.source_path for f in listing.epoch_files] == ["run/epoch_000_results.json", "run/epoch_006_results.json"]
     assert [(e.source_path, e.is_problem) for e in listing.skipped] == [("run/epoch_005_results.json", True)]
+
+
+def test_entries_named_as_epoch_documents_that_are_no_files_are_reported_as_what_they_are(tmp_path, write_epoch):
+    """Each is never opened (a FIFO's open would wait for a writer: the test would hang)."""
+    import socket
+
+    run_dir = tmp_path / "rel" / "run"
+    write_epoch(run_dir, 0)
+    os.mkfifo(run_dir / "epoch_001_results.json")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(run_dir / "epoch_002_results.json"))
+        (run_dir / "epoch_003_results.json").mkdir()
+        (run_dir / "epoch_004").mkdir()
+        os.mkfifo(run_dir / "epoch_004" / "results.json")
+        write_epoch(run_dir, 5, name_epoch=5)
+        (run_dir / "epoch_005_results.json").rename(run_dir / "EPOCH_005_RESULTS.JSON")
+        (run_dir / "Epoch_006").mkdir()
+        runs, _, _ = find_run_folders([tmp_path / "rel"])
+        listing = list_run(runs["run"])
+    assert [f.source_path for f in listing.epoch_files] == ["run/epoch_000_results.json"]
+    never = "not a file; not opened"
+    assert [(e.source_path, e.error_kind, e.epoch, e.reason) for e in listing.skipped] == [
+        (
+            "run/EPOCH_005_RESULTS.JSON",
+            "stray_file",
+            5,
+            "named as an epoch entry in capital letters; not loaded (renamed epoch_005_results.json, it is)",
+        ),
+        (
+            "run/Epoch_006",
+            "stray_file",
+            6,
+            "named as an epoch entry in capital letters; not loaded (renamed epoch_006, it is)",
+        ),
+        (
+            "run/epoch_001_results.json",
+            "not_a_file",
+            1,
+            f"named as an epoch document, but a FIFO (named pipe), {never}",
+        ),
+        ("run/epoch_002_results.json", "not_a_file", 2, f"named as an epoch document, but a socket, {never}"),
+        ("run/epoch_003_results.json", "not_a_file", 3, f"named as an epoch document, but a folder, {never}"),
+        (
+            "run/epoch_004/results.json",
+            "not_a_file",
+            4,
+            f"named as an epoch document, but a FIFO (named pipe), {never}",
+        ),
+    ]
