@@ -43,14 +43,7 @@ from pipelines.exports.report import (
     render_report_and_headlines,
     section_parts,
 )
-from pipelines.exports.state import (
-    export_fingerprint,
-    kept_entry,
-    record,
-    recorded_metadata,
-    remove_gone,
-    still_there,
-)
+from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, remove_gone, still_there
 from pipelines.warehouse_db import model_fingerprints
 
 GROUP = "exports"
