@@ -66,7 +66,7 @@ def plottable(epochs: pl.DataFrame, summary: pl.DataFrame) -> tuple[pl.DataFrame
     frames = []
     for frame in (epochs, summary):
         columns = [c for c in [*NEEDED_EPOCH_COLUMNS[2:], *SUMMARY_VALUES] if c in frame.columns]
-        too_large = [pl.col(c).cast(pl.Float64).abs().gt(PLOTTABLE).fill_null(False) for c in columns]
+        too_large = [(finite(c).abs() > PLOTTABLE).fill_null(False) for c in columns]  # NaN and ±inf are gaps anyway
         left_out += int(frame.select(pl.sum_horizontal(too_large).sum()).item()) if columns and frame.height else 0
         frames.append(
             frame.with_columns(
