@@ -247,7 +247,8 @@ def failure_reason(result) -> str:
         if failure is None or failure.event_specific_data.error is None:
             return "the build failed"
     error = failure.event_specific_data.error
-    while error.cause is not None:
+    # A worker process's error comes back with its traceback as text for a cause: the error itself says it.
+    while error.cause is not None and error.cause.cls_name != "_RemoteTraceback":
         error = error.cause
     message = (error.message.strip().splitlines() or [error.cls_name or "unknown error"])[0]
     # Our own errors say everything in their message; a library's keeps its class name (PermissionError: ...).

@@ -62,8 +62,11 @@ def write_bytes_atomically(data: bytes, path: LakePath) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:  # a write that failed (a full disk) leaves no part of a file behind
+        tmp.unlink(missing_ok=True)
 
 
 def file_stamp(path: LakePath) -> str | None:

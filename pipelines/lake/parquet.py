@@ -31,8 +31,11 @@ def write_atomically(frame: pl.DataFrame, path: LakePath) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    frame.write_parquet(tmp, **options)
-    os.replace(tmp, path)
+    try:
+        frame.write_parquet(tmp, **options)
+        os.replace(tmp, path)
+    finally:  # a write that failed (a full disk) leaves no part of a file behind to fill it further
+        tmp.unlink(missing_ok=True)
 
 
 def write_text_atomically(text: str, path: LakePath) -> None:
