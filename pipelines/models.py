@@ -15,9 +15,11 @@ import duckdb
 import yaml
 
 from pipelines.parameters import PARAMETERS
+from pipelines.stats import sql_functions
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
-# The macros every model may call (t_quantile, ...), created on the connection with the parameters.
+# The macros every model may call, created on the connection with the parameters, beside the Python functions of
+# sql_functions (the interval statistics).
 FUNCTIONS_SQL = (SQL_DIR / "functions.sql").read_text()
 LAKE_SCHEMA = "lake"
 _LEADING_COMMENT = re.compile(r"\A\s*((?:--[^\n]*\n\s*)+)")
@@ -274,10 +276,12 @@ def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:
 
 
 def set_parameters(con: duckdb.DuckDBPyConnection, params: dict) -> None:
-    """Makes the metric parameters visible to the SQL as `getvariable('name')`, and its macros callable."""
+    """Makes the metric parameters visible to the SQL as `getvariable('name')`, and its macros and Python functions
+    callable."""
     for name, value in params.items():
         con.execute(f"set variable {name} = ?", [value])
     con.execute(FUNCTIONS_SQL)
+    sql_functions.register_functions(con)
 
 
 def run_model(con: duckdb.DuckDBPyConnection, model: SqlModel) -> int:

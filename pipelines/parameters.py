@@ -181,8 +181,8 @@ _PARAMETERS = (
         "reml",
         "how intervals are computed ([statistics.md](statistics.md)): `reml` (a trend + autocorrelated drift + noise "
         "model fitted by its exact restricted likelihood: false claims within target up to slow drift), `ar1` (the "
-        "same model by moments: more power, but too many false claims when the drift is slow) or `iid` (the plain "
-        "bootstrap of the window's epochs, too narrow on them)",
+        "same model by moments: more power, but too many false claims when the drift is slow) or `iid` (the window's "
+        "epochs taken as independent, too narrow on them)",
         choices=("ar1", "reml", "iid"),
     ),
     Parameter(
@@ -195,15 +195,6 @@ _PARAMETERS = (
         low=5,  # a quadratic trend and two lags: run_summary fits no model to fewer epochs
         unit="epochs",
     ),
-    Parameter(
-        "bootstrap_reps",
-        2000,
-        "bootstrap replicates of `ablation_contrasts` (seeds of an arm; every contrast with `iid`); at least 10 beyond "
-        "each end of an interval (400 at `ci_level` 0.95)",
-        low=40,  # 10 beyond each end at the lowest ci_level, 0.5; a higher level needs more (resources.py)
-        unit="replicates",
-    ),
-    Parameter("bootstrap_seed", 20260101, "seed of the bootstrap draws"),
     Parameter(
         "ci_level",
         0.95,

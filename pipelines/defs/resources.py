@@ -1,6 +1,5 @@
 """The one configurable resource: where releases and the warehouse are, and every metric parameter."""
 
-import math
 import os
 import socket
 import tempfile
@@ -96,7 +95,6 @@ class WarehouseConfig(_Declared):
         for name, parameter in DECLARED.items():
             if problem := parameter.problem(getattr(self, name)):
                 raise ConfigError(f"{_named(name)} {problem}")
-        _check_bootstrap(self.bootstrap_reps, self.ci_level)
         if self.ci_fit_epochs < self.final_window:
             raise ConfigError(
                 f"ci_fit_epochs ({self.ci_fit_epochs}) must be final_window ({self.final_window}) or more: the "
@@ -205,20 +203,6 @@ def _named(field: str) -> str:
     """A field as the user set it: with its environment variable, if it has one."""
     variable = next((name for name, (set_field, _) in ENVIRONMENT.items() if set_field == field), None)
     return f"{field} ({variable})" if variable else field
-
-
-# The percentile interval of a bootstrap rests on the replicates beyond each of its ends: this many at least.
-MIN_TAIL_REPLICATES = 10
-
-
-def _check_bootstrap(replicates: int, level: float) -> None:
-    tail = replicates * (1 - level) / 2
-    if tail < MIN_TAIL_REPLICATES:
-        needed = math.ceil(2 * MIN_TAIL_REPLICATES / (1 - level) - 1e-9)
-        raise ConfigError(
-            f"bootstrap_reps ({replicates}) leaves {tail:g} replicate(s) beyond each end of a {level:g} interval: "
-            f"its ends need {MIN_TAIL_REPLICATES} each, {needed} replicates or more at ci_level {level:g}"
-        )
 
 
 def _check_memory_limit(limit: str) -> None:

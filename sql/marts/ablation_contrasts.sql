@@ -1,29 +1,29 @@
 -- One row per unordered pair of arms in an ablation (an arm is the configuration a run is a seed of; dim_runs.arm,
--- the run itself by default), so one row per pair of runs when every arm has one run. getvariable('ci_level')
--- intervals; resolved when the interval excludes zero.
+-- the run itself by default), so one row per pair of runs when every arm has one run: the difference delta of
+-- arm_b's and arm_a's matched rewards and its getvariable('ci_level') interval, computed by pipelines/stats/intervals
+-- (registered on the connection by pipelines/stats/sql_functions.py). resolved: the interval excludes zero;
+-- resolved_holm: the same claim adjusted by Holm's method for the ablation's k(k − 1)/2 claims (p_value is each
+-- interval's own); both are null, with resolved_reason saying why, where the method cannot back a claim (too few
+-- epochs) or there is no interval.
 -- Arms of one run each (unit `epochs of one run`): run_a < run_b are the runs, delta = matched_reward(run_b) −
--- matched_reward(run_a), and the interval follows getvariable('ci_method'): `reml` (docs/statistics.md) combines
--- the two runs' own matched standard errors (run_summary) with a normal quantile (its variances taken as known),
--- `ar1` with a Welch t quantile; `iid` is the percentile interval of the differences of the two runs' bootstrap
--- means (bootstrap_means: the window's epochs resampled as if independent, which autocorrelated epochs are not;
--- kept for comparison with tools that report it). prob_improvement: the
--- share of (epoch of run_b, epoch of run_a) pairs of the two matched windows where run_b's mean reward is higher,
--- ties counting one half (the Mann–Whitney count; descriptive, epochs are not independent). Such a claim is
--- about these two runs, not about their configurations.
--- Arms of two or more runs each (unit `runs`): run_a < run_b are the arm names, delta = IQM(arm_b) − IQM(arm_a)
--- of the runs' matched rewards, and the interval is rliable's stratified bootstrap: each arm's runs resampled with
--- replacement, getvariable('bootstrap_reps') times, the IQM of each resample, the percentile interval of the
--- differences; prob_improvement is the Mann–Whitney share over (run of arm_b, run of arm_a) pairs. An arm of one
--- run against an arm of several has no interval: resampling one run cannot show a configuration's spread.
--- Draws come from md5(seed, arm, replicate, draw), not random(), so a rebuild gives the same numbers.
+-- matched_reward(run_a), and the interval (pair_interval, by getvariable('ci_method')) is for the difference of the
+-- two runs' expected window means: a claim about these runs, not their configurations. seeds_needed: the seeds an
+-- arm a configuration-level claim of this size would need (a two-sample t test at 80% power), from the between-seed
+-- spread of the ablation's arms of several runs where it has some, else from the two runs' own variances (then a
+-- lower bound). prob_improvement: the share of (epoch of run_b, epoch of run_a) pairs of the two matched windows
+-- where run_b's mean reward is higher, ties counting one half (descriptive: epochs are not independent).
+-- Arms of several runs (unit `runs`): run_a < run_b are the arm names, delta = mean(arm_b) − mean(arm_a) of the
+-- runs' matched rewards, and the interval (arm_interval, ci_method `t over runs`) is Student's t on the runs'
+-- values: a claim about the configurations' mean over seeds. An arm of one run against an arm of several has no
+-- interval: one run shows nothing of its configuration's spread. prob_improvement is the share of (run of arm_b,
+-- run of arm_a) pairs where arm_b's run is higher.
 with summaries as (
     select
         run_id,
         ablation,
         matched_horizon,
         matched_reward,
-        matched_std_error,
-        matched_ci_df
+        matched_std_error
     from run_summary
 ),
 
@@ -42,23 +42,20 @@ window_values as (
     from matched_window_values
 ),
 
-resampled_means as (
+series as (
     select
         run_id,
-        replicate,
-        resampled_mean
-    from bootstrap_means
+        epochs,
+        mean_rewards,
+        noise_variances
+    from matched_series
 ),
 
--- each run's arm (a run missing from dim_runs is its own), and its position among the arm's runs
+-- each run's arm (a run missing from dim_runs is its own), and how many runs the arm has
 members as (
     select
         summaries.*,
         coalesce(runs.arm, summaries.run_id) as arm,
-        row_number() over (
-            partition by summaries.ablation, coalesce(runs.arm, summaries.run_id)
-            order by summaries.run_id
-        ) - 1 as run_position,
         count(*) over (partition by summaries.ablation, coalesce(runs.arm, summaries.run_id)) as arm_runs
     from summaries
     left join runs using (run_id)
@@ -96,34 +93,33 @@ arm_pairs as (
         and if(arm_b.arm_runs = 1, arm_b.run_id, arm_b.arm) > if(arm_a.arm_runs = 1, arm_a.run_id, arm_a.arm)
 ),
 
--- one run per arm: the two runs' matched rewards and their own standard errors
-run_pairs as (
+-- arms of one run each: the two runs' interval, computed once per pair by pipelines/stats/intervals.pair_interval
+-- from both runs' series up to the horizon
+run_pairs as materialized (
     select
         arm_pairs.*,
         run_b.matched_reward - run_a.matched_reward as delta,
         run_a.matched_reward as matched_reward_a,
         run_b.matched_reward as matched_reward_b,
-        sqrt(run_a.matched_std_error ^ 2 + run_b.matched_std_error ^ 2) as std_error,
-        -- Welch–Satterthwaite degrees of freedom of the difference
-        (run_a.matched_std_error ^ 2 + run_b.matched_std_error ^ 2) ^ 2
-        / (run_a.matched_std_error ^ 4 / run_a.matched_ci_df + run_b.matched_std_error ^ 4 / run_b.matched_ci_df)
-            as welch_df
+        (run_a.matched_std_error ^ 2 + run_b.matched_std_error ^ 2) / 2 as run_variance,
+        pair_interval(
+            series_a.epochs,
+            series_a.mean_rewards,
+            series_a.noise_variances,
+            series_b.epochs,
+            series_b.mean_rewards,
+            series_b.noise_variances,
+            getvariable('final_window'),
+            getvariable('ci_method'),
+            getvariable('ci_level'),
+            getvariable('ci_fit_epochs')
+        ) as fit
     from arm_pairs
     inner join members as run_a on arm_pairs.ablation = run_a.ablation and arm_pairs.arm_a = run_a.arm
     inner join members as run_b on arm_pairs.ablation = run_b.ablation and arm_pairs.arm_b = run_b.arm
+    inner join series as series_a on run_a.run_id = series_a.run_id
+    inner join series as series_b on run_b.run_id = series_b.run_id
     where arm_pairs.unit = 'epochs of one run'
-),
-
-epoch_bootstrap as (
-    select
-        run_pairs.run_a,
-        run_pairs.run_b,
-        quantile_cont(mean_b.resampled_mean - mean_a.resampled_mean, (1 - getvariable('ci_level')) / 2) as ci_low,
-        quantile_cont(mean_b.resampled_mean - mean_a.resampled_mean, (1 + getvariable('ci_level')) / 2) as ci_high
-    from run_pairs
-    inner join resampled_means as mean_a on run_pairs.run_a = mean_a.run_id
-    inner join resampled_means as mean_b on run_pairs.run_b = mean_b.run_id and mean_a.replicate = mean_b.replicate
-    group by run_pairs.run_a, run_pairs.run_b
 ),
 
 epoch_improvements as (
@@ -139,140 +135,74 @@ epoch_improvements as (
     group by run_pairs.run_a, run_pairs.run_b
 ),
 
+-- the between-seed variance of the ablation's arms of several runs, pooled: what a configuration-level claim's seeds
+-- would vary by
+seed_spreads as (
+    select
+        ablation,
+        sum((n_runs - 1) * run_variance) / sum(n_runs - 1) as seed_variance
+    from (
+        select
+            ablation,
+            arm,
+            count(*) as n_runs,
+            var_samp(matched_reward) as run_variance
+        from members
+        where isfinite(matched_reward)
+        group by ablation, arm
+        having count(*) >= 2
+    ) as arms_of_seeds
+    group by ablation
+),
+
 epoch_contrasts as (
     select
         run_pairs.ablation,
         run_pairs.run_a,
         run_pairs.run_b,
         run_pairs.delta,
-        case
-            when getvariable('ci_method') = 'iid' then epoch_bootstrap.ci_low
-            -- two flat windows have no spread to build an interval from
-            when getvariable('ci_method') in ('ar1', 'reml') then if(
-                    run_pairs.std_error > 0,
-                    run_pairs.delta
-                    - interval_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
-                    null
-                )
-        end as ci_low,
-        case
-            when getvariable('ci_method') = 'iid' then epoch_bootstrap.ci_high
-            when getvariable('ci_method') in ('ar1', 'reml') then if(
-                    run_pairs.std_error > 0,
-                    run_pairs.delta
-                    + interval_quantile((1 - getvariable('ci_level')) / 2, run_pairs.welch_df) * run_pairs.std_error,
-                    null
-                )
-        end as ci_high,
+        run_pairs.fit,
         getvariable('ci_method') as ci_method,
         epoch_improvements.prob_improvement,
         run_pairs.matched_reward_a,
         run_pairs.matched_reward_b,
         epoch_improvements.n_window_epochs_a,
-        epoch_improvements.n_window_epochs_b
+        epoch_improvements.n_window_epochs_b,
+        -- seeds an arm for a claim about the configurations of this size: from the between-seed spread where the
+        -- ablation has arms of seeds, else from the runs' own variances (a lower bound: seeds vary at least as much)
+        seeds_per_arm(
+            run_pairs.delta,
+            coalesce(seed_spreads.seed_variance, run_pairs.run_variance),
+            getvariable('ci_level')
+        ) as seeds_needed
     from run_pairs
-    left join epoch_bootstrap using (run_a, run_b)
     left join epoch_improvements using (run_a, run_b)
+    left join seed_spreads using (ablation)
 ),
 
--- arms of several runs: the runs with a matched reward, numbered within their arm for the draws
-arm_values as (
+-- arms of several runs: each arm's runs' matched rewards, compared by pipelines/stats/intervals.arm_interval
+arm_rewards as (
     select
         ablation,
         arm,
-        matched_reward,
-        row_number() over (partition by ablation, arm order by run_id) - 1 as position,
-        count(*) over (partition by ablation, arm) as n_values
+        list(matched_reward order by run_id) as matched_rewards,
+        avg(matched_reward order by run_id) filter (where isfinite(matched_reward)) as mean_reward
     from members
-    where arm_runs >= 2 and isfinite(matched_reward)
+    group by ablation, arm
 ),
 
-replicates as (
-    select generate_series as replicate
-    from generate_series(1, getvariable('bootstrap_reps'))
-),
-
-arm_sizes as (
-    select distinct
-        ablation,
-        arm,
-        n_values
-    from arm_values
-),
-
-arm_replicates as (
-    select 0 as replicate
-    union all
-    select replicate from replicates
-),
-
--- replicate 0 is the arm's runs themselves; the others draw as many runs, with replacement
-arm_draws as (
-    select
-        sizes.ablation,
-        sizes.arm,
-        replicates.replicate,
-        draw.i as draw_index,
-        if(
-            replicates.replicate = 0,
-            draw.i,
-            (
-                md5_number_lower(concat_ws(
-                    ':', getvariable('bootstrap_seed'), sizes.ablation, sizes.arm, replicates.replicate, draw.i
-                ))
-                % sizes.n_values::ubigint
-            )::bigint
-        ) as position
-    from arm_sizes as sizes
-    cross join arm_replicates as replicates
-    -- a lateral subquery, which reads the row beside it, cannot be a CTE
-    cross join lateral (select unnest(range(sizes.n_values)) as i) as draw  -- noqa: ST05
-),
-
--- the interquartile mean of each resample: the middle values after dropping floor(n/4) at each end
-arm_iqms as (
-    select
-        ablation,
-        arm,
-        replicate,
-        avg(matched_reward order by value_rank) filter (
-            where value_rank > n_values // 4 and value_rank <= n_values - n_values // 4
-        ) as iqm
-    from (
-        select
-            arm_draws.ablation,
-            arm_draws.arm,
-            arm_draws.replicate,
-            arm_values.matched_reward,
-            arm_values.n_values,
-            row_number() over (
-                partition by arm_draws.ablation, arm_draws.arm, arm_draws.replicate
-                order by arm_values.matched_reward, arm_draws.draw_index
-            ) as value_rank
-        from arm_draws
-        inner join arm_values using (ablation, arm, position)
-    ) as ranked
-    group by ablation, arm, replicate
-),
-
-run_contrasts as (
+arm_contrasts as materialized (
     select
         arm_pairs.ablation,
         arm_pairs.run_a,
         arm_pairs.run_b,
-        any_value(iqm_b.iqm - iqm_a.iqm) filter (where iqm_a.replicate = 0) as delta,
-        quantile_cont(iqm_b.iqm - iqm_a.iqm, (1 - getvariable('ci_level')) / 2) filter (where iqm_a.replicate > 0)
-            as ci_low,
-        quantile_cont(iqm_b.iqm - iqm_a.iqm, (1 + getvariable('ci_level')) / 2) filter (where iqm_a.replicate > 0)
-            as ci_high,
-        any_value(iqm_a.iqm) filter (where iqm_a.replicate = 0) as matched_reward_a,
-        any_value(iqm_b.iqm) filter (where iqm_a.replicate = 0) as matched_reward_b
+        rewards_a.mean_reward as matched_reward_a,
+        rewards_b.mean_reward as matched_reward_b,
+        arm_interval(rewards_a.matched_rewards, rewards_b.matched_rewards, getvariable('ci_level')) as fit
     from arm_pairs
-    inner join arm_iqms as iqm_a on arm_pairs.ablation = iqm_a.ablation and arm_pairs.arm_a = iqm_a.arm
-    inner join arm_iqms as iqm_b
-        on arm_pairs.ablation = iqm_b.ablation and arm_pairs.arm_b = iqm_b.arm and iqm_a.replicate = iqm_b.replicate
-    where arm_pairs.unit = 'runs' and arm_pairs.n_runs_a >= 2 and arm_pairs.n_runs_b >= 2
-    group by arm_pairs.ablation, arm_pairs.run_a, arm_pairs.run_b
+    inner join arm_rewards as rewards_a on arm_pairs.ablation = rewards_a.ablation and arm_pairs.arm_a = rewards_a.arm
+    inner join arm_rewards as rewards_b on arm_pairs.ablation = rewards_b.ablation and arm_pairs.arm_b = rewards_b.arm
+    where arm_pairs.unit = 'runs'
 ),
 
 run_improvements as (
@@ -282,9 +212,9 @@ run_improvements as (
         arm_pairs.run_b,
         avg(mann_whitney_score(value_b.matched_reward, value_a.matched_reward)) as prob_improvement
     from arm_pairs
-    inner join arm_values as value_a on arm_pairs.ablation = value_a.ablation and arm_pairs.arm_a = value_a.arm
-    inner join arm_values as value_b on arm_pairs.ablation = value_b.ablation and arm_pairs.arm_b = value_b.arm
-    where arm_pairs.unit = 'runs'
+    inner join members as value_a on arm_pairs.ablation = value_a.ablation and arm_pairs.arm_a = value_a.arm
+    inner join members as value_b on arm_pairs.ablation = value_b.ablation and arm_pairs.arm_b = value_b.arm
+    where arm_pairs.unit = 'runs' and isfinite(value_a.matched_reward) and isfinite(value_b.matched_reward)
     group by arm_pairs.ablation, arm_pairs.run_a, arm_pairs.run_b
 ),
 
@@ -292,50 +222,81 @@ contrasts as (
     select * from epoch_contrasts
     union all by name
     select
-        arm_pairs.ablation,
-        arm_pairs.run_a,
-        arm_pairs.run_b,
-        run_contrasts.delta,
-        run_contrasts.ci_low,
-        run_contrasts.ci_high,
-        'stratified bootstrap' as ci_method,
+        arm_contrasts.ablation,
+        arm_contrasts.run_a,
+        arm_contrasts.run_b,
+        arm_contrasts.fit.delta,
+        arm_contrasts.fit,
+        't over runs' as ci_method,
         run_improvements.prob_improvement,
-        run_contrasts.matched_reward_a,
-        run_contrasts.matched_reward_b
-    from arm_pairs
-    left join run_contrasts using (ablation, run_a, run_b)
+        arm_contrasts.matched_reward_a,
+        arm_contrasts.matched_reward_b
+    from arm_contrasts
     left join run_improvements using (ablation, run_a, run_b)
-    where arm_pairs.unit = 'runs'
+),
+
+-- a claim is made where the method backs one and there is an interval
+claims as (
+    select
+        *,
+        if(fit['claimable'] and fit['ci_low'] is not null and fit['ci_high'] is not null, fit['p_value'], null)
+            as claim_p_value
+    from contrasts
+),
+
+-- Holm's step-down adjustment over an ablation's claims in order of their p-values: the i-th smallest of m is
+-- resolved when, for every j up to i, the j-th smallest times m − j + 1 is below 1 − ci_level
+ranked_claims as (
+    select
+        *,
+        row_number() over (partition by ablation order by claim_p_value nulls last, run_a, run_b) as claim_rank,
+        count(claim_p_value) over (partition by ablation) as n_claims
+    from claims
+),
+
+adjusted as (
+    select
+        *,
+        if(
+            claim_p_value is null,
+            null,
+            max(least(1, (n_claims - claim_rank + 1) * claim_p_value)) over (
+                partition by ablation order by claim_rank rows between unbounded preceding and current row
+            )
+        ) as holm_p_value
+    from ranked_claims
 ),
 
 final as (
     select
-        contrasts.ablation,
-        contrasts.run_a,
-        contrasts.run_b,
-        contrasts.delta,
-        contrasts.ci_low,
-        contrasts.ci_high,
-        contrasts.ci_method,
+        adjusted.ablation,
+        adjusted.run_a,
+        adjusted.run_b,
+        adjusted.delta,
+        adjusted.fit.ci_low,
+        adjusted.fit.ci_high,
+        adjusted.ci_method,
         arm_pairs.unit,
-        -- a NaN bound (rewards whose spread overflows) excludes nothing: DuckDB orders NaN above every number
-        coalesce(
-            isfinite(contrasts.ci_low) and isfinite(contrasts.ci_high)
-            and (contrasts.ci_low > 0 or contrasts.ci_high < 0),
-            false
-        ) as resolved,
-        contrasts.prob_improvement,
+        if(adjusted.claim_p_value is null, null, adjusted.fit.ci_low > 0 or adjusted.fit.ci_high < 0) as resolved,
+        adjusted.prob_improvement,
         arm_pairs.matched_horizon,
-        contrasts.matched_reward_a,
-        contrasts.matched_reward_b,
-        contrasts.n_window_epochs_a,
-        contrasts.n_window_epochs_b,
+        adjusted.matched_reward_a,
+        adjusted.matched_reward_b,
+        adjusted.n_window_epochs_a,
+        adjusted.n_window_epochs_b,
         arm_pairs.arm_a,
         arm_pairs.arm_b,
         arm_pairs.n_runs_a,
         arm_pairs.n_runs_b,
-        getvariable('bootstrap_reps') as bootstrap_reps
-    from contrasts
+        adjusted.fit.p_value,
+        if(adjusted.claim_p_value is null, null, adjusted.holm_p_value < 1 - getvariable('ci_level')) as resolved_holm,
+        case
+            when adjusted.claim_p_value is not null then null
+            when adjusted.fit.reason is not null then adjusted.fit.reason
+            else 'no interval: neither window varies, so there is no spread to estimate one from'
+        end as resolved_reason,
+        adjusted.seeds_needed
+    from adjusted
     inner join arm_pairs using (ablation, run_a, run_b)
 )
 

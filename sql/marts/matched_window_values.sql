@@ -1,7 +1,7 @@
 -- One row per run × epoch of its matched window with a finite mean reward: the last getvariable('final_window')
 -- loaded epochs at or before the ablation's compute-matched horizon (the epochs run_summary's matched_reward
 -- averages), those whose mean reward is finite. position counts them from 0 in epoch order, n_values per run.
--- These are the values ablation_contrasts compares and bootstrap_means resamples.
+-- ablation_contrasts compares these values pair by pair for prob_improvement.
 with summaries as (
     select
         run_id,

@@ -5,6 +5,7 @@ import json
 import pytest
 from helpers import epoch_document, record_duckdb_connections
 
+from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake.paths import RUN_TABLES, lake_files
 
 pytestmark = pytest.mark.slow  # whole builds
@@ -129,24 +130,20 @@ def test_parameters_given_on_the_command_line_reach_the_models_of_that_build_onl
         for epoch in range(6):
             write_epoch(release / run, epoch, epoch_document(epoch, n=4))
     wh = tmp_path / "wh"
-    params = ["--param", "ci_method=iid", "--param", "bootstrap_reps=401", "--param", "final_window=3"]
+    params = ["--param", "ci_method=iid", "--param", "final_window=3"]
 
     assert build([release], wh, *params) == 0
-    # One ablation (the release) of two runs: one contrast, by the plain bootstrap, 401 replicates a run, and a matched
-    # window of the last 3 of the 6 epochs both runs reach.
+    # One ablation (the release) of two runs: one contrast, its epochs taken as independent, and a matched window of
+    # the last 3 of the 6 epochs both runs reach (a t interval on 2 degrees of freedom).
     assert query(wh, "select ci_method, unit from ablation_contrasts") == [("iid", "epochs of one run")]
-    assert query(wh, "select run_id, count(*) from bootstrap_means group by 1 order by 1") == [
-        ("run_a", 401),
-        ("run_b", 401),
-    ]
+    assert query(wh, "select run_id, matched_ci_df from run_summary order by 1") == [("run_a", 2), ("run_b", 2)]
     assert query(wh, "select run_id, min(epoch), max(epoch) from matched_window_values group by 1 order by 1") == [
         ("run_a", 3, 5),
         ("run_b", 3, 5),
     ]
 
     assert build([release], wh) == 0  # the defaults again: nothing given is remembered
-    assert query(wh, "select ci_method from ablation_contrasts") == [("reml",)]
-    assert query(wh, "select count(*) from bootstrap_means") == [(0,)]
+    assert query(wh, "select ci_method from ablation_contrasts") == [(WarehouseConfig().ci_method,)]
     assert query(wh, "select run_id, min(epoch), max(epoch) from matched_window_values group by 1 order by 1") == [
         ("run_a", 0, 5),
         ("run_b", 0, 5),

@@ -13,8 +13,6 @@ PARAMS = {
     "ema_weight": 0.5,
     "rolling_window": 2,
     "final_window": 2,
-    "bootstrap_reps": 2000,
-    "bootstrap_seed": 7,
     "ci_level": 0.95,
     "ci_method": "ar1",
     "ci_fit_epochs": 200,

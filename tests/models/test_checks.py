@@ -16,7 +16,7 @@ CLEAN_EPOCHS = [doc for doc in EPOCHS if doc["run_id"] != "run_a"]
 def built(docs, runs=RUNS) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     create_staging(con, docs, runs)
-    build_marts(con, {"bootstrap_reps": 10})
+    build_marts(con)
     return con
 
 
@@ -77,7 +77,7 @@ def test_a_position_held_twice_is_an_error_even_when_the_count_matches():
     create_staging(con, CLEAN_EPOCHS, CLEAN_RUNS)
     # run_b's epoch 0 at positions 0, 1, 1, 3: 4 rows for n_trajectories = 4, from 0 to 3, but position 2 empty.
     con.execute("update fact_trajectories set traj_index = 1 where run_id = 'run_b' and epoch = 0 and traj_index = 2")
-    build_marts(con, {"bootstrap_reps": 10})
+    build_marts(con)
     result = checks.inconsistent_trajectory_arrays(con)
     assert not result.passed
     [example] = result.metadata["examples"].value
@@ -127,7 +127,7 @@ def test_unnormalised_groups_are_listed_with_the_reason():
 def test_model_checks_read_the_build_database_and_only_duplicates_block(tmp_path):
     with open_build_db(tmp_path) as con:
         create_staging(con, EPOCHS, RUNS)
-        build_marts(con, {"bootstrap_reps": 10})
+        build_marts(con)
     warehouse = WarehouseConfig(warehouse_dir=str(tmp_path))
     [duplicates, kl] = checks.evaluate_checks("fact_epochs", warehouse)
     assert (duplicates.check_name, duplicates.passed, kl.check_name, kl.passed) == (
@@ -200,7 +200,7 @@ def test_a_check_that_cannot_run_fails_instead_of_raising(tmp_path):
 def test_a_no_change_rebuild_re_emits_stored_results_without_running_the_sql(tmp_path, monkeypatch):
     with open_build_db(tmp_path) as con:
         create_staging(con, EPOCHS, RUNS)  # run_a misses epoch 2: no_epoch_gaps fails
-        build_marts(con, {"bootstrap_reps": 10})
+        build_marts(con)
         con.execute(
             "create table unloaded_epochs (run_id varchar, epoch bigint, reason varchar, source_path varchar,"
             " message varchar)"

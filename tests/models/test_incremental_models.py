@@ -101,11 +101,7 @@ def test_changed_runs_are_computed_again_and_the_tables_equal_a_build_from_scrat
     changed = write_epoch(release / "run_c", 1, epoch_document(1, n=3))  # an epoch rewritten, one trajectory fewer
     touch_later(changed)
     done = build_and_compare(tmp_path, build, capsys, release)
-    # run_a's matched window ends at the ablation's horizon, epoch 2 (the others' last epoch): its new epoch 3 leaves
-    # its window, and so its bootstrap resamples, as they were.
-    assert done == {name: "3 run_id(s) computed again" for name in INCREMENTAL} | {
-        "bootstrap_means": "2 run_id(s) computed again"
-    }
+    assert done == {name: "3 run_id(s) computed again" for name in INCREMENTAL}
 
     write_epoch(release / "run_b", 1, layout="folder")  # one run only
     done = build_and_compare(tmp_path, build, capsys, release)
@@ -137,7 +133,7 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
         write_epoch(release / "run_d", epoch, targeted(epoch))
     assert build_and_compare(tmp_path, build, capsys, release) == {
         name: "1 run_id(s) computed again" for name in INCREMENTAL
-    } | {"bootstrap_means": "4 run_id(s) computed again", "run_summary": "4 run_id(s) computed again"}
+    } | {"matched_series": "4 run_id(s) computed again", "run_summary": "4 run_id(s) computed again"}
 
     # A run gone: its rows leave every table.
     shutil.rmtree(release / "run_b")
@@ -153,12 +149,10 @@ def test_new_columns_and_new_runs_rebuild_what_they_reach(tmp_path, build, capsy
 @pytest.mark.slow
 def test_a_parameter_change_rebuilds_an_incremental_model_whole(tmp_path, build, release):
     assert build([release], tmp_path / "wh") == 0
-    config = WarehouseConfig(
-        releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), bootstrap_reps=10, ci_method="iid"
-    )  # the method that reads bootstrap_means
-    _, done, metadata, _ = refresh_model(MODELS["bootstrap_means"], config)
-    assert (done, metadata["dagster/row_count"]) == ("rebuilt", 3 * 10)  # 10 replicates of each of the 3 runs
-    assert refresh_model(MODELS["bootstrap_means"], config)[1] == "kept"
+    config = WarehouseConfig(releases=[str(release)], warehouse_dir=str(tmp_path / "wh"), ci_method="iid")
+    _, done, metadata, _ = refresh_model(MODELS["run_summary"], config)
+    assert (done, metadata["dagster/row_count"]) == ("rebuilt", 3)
+    assert refresh_model(MODELS["run_summary"], config)[1] == "kept"
 
 
 def test_an_unknown_incremental_key_is_refused_naming_the_file(tmp_path):

@@ -7,10 +7,10 @@ import pytest
 from autocorrelated import ablation_epochs, ar1_curves
 from mart_fixture import build_marts, create_staging, epoch, rows
 from scipy import stats as scipy_stats
+from statsmodels.stats.multitest import multipletests
 from statsmodels.tsa.stattools import acovf
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.models import FUNCTIONS_SQL
 from pipelines.stats import intervals, study
 
 WINDOW = 50
@@ -21,7 +21,7 @@ def build(curves: np.ndarray, params: dict, ablation_size: int = 2) -> duckdb.Du
     con = duckdb.connect()
     documents, runs = ablation_epochs(curves, ablation_size)
     create_staging(con, documents, runs, extras=False)
-    build_marts(con, {"final_window": WINDOW, "bootstrap_reps": 200, **params})
+    build_marts(con, {"final_window": WINDOW, **params})
     return con
 
 
@@ -47,7 +47,7 @@ def test_null_intervals_exclude_zero_rarely_with_the_default_method_and_often_wi
     )
     # A 95% interval should exclude zero in about 5% of null pairs; at most 10% (4 of 40) is the bar.
     assert share_excluding_zero(default) <= 0.10
-    # The plain bootstrap treats 50 drifting epochs as independent: it fails the same bar several times over.
+    # iid treats 50 drifting epochs as independent: it fails the same bar several times over.
     assert share_excluding_zero(iid) > 0.30
 
 
@@ -114,19 +114,6 @@ def test_numpy_pieces_match_statsmodels_and_scipy():
     for df in (2.0, 2.7, 4.0, 9.5, 30.0, 1e4):
         assert intervals.t_quantile(0.025, df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=5e-4)
         assert intervals.t_quantile(0.05, df) == pytest.approx(scipy_stats.t.ppf(0.95, df), rel=5e-4)
-
-
-def test_sql_quantile_macros_match_scipy():
-    con = duckdb.connect()
-    con.execute(FUNCTIONS_SQL)
-    for p in (1e-4, 0.01, 0.025, 0.3, 0.975, 0.999):
-        assert con.execute("select normal_quantile(?)", [p]).fetchone()[0] == pytest.approx(
-            scipy_stats.norm.ppf(p), rel=1e-8
-        )
-    for df in (2.0, 3.3, 7.0, 60.0):
-        assert con.execute("select t_quantile(0.025, ?::double)", [df]).fetchone()[0] == pytest.approx(
-            scipy_stats.t.ppf(0.975, df), rel=5e-4
-        )
 
 
 def test_window_variance_equals_the_double_sum_of_ar1_covariances():
@@ -222,51 +209,66 @@ def test_iqm_and_effective_n_by_hand():
     )
 
 
-def test_arms_of_seeds_are_compared_by_a_stratified_bootstrap_of_runs():
-    # Arm "low" has runs at 0 and 1, arm "high" runs at 2 and 3 (flat curves). Resampling 2 of 2 runs, an arm's IQM
-    # (the mean, as floor(2/4) = 0) is its low value, the mean or its high value with probabilities 1/4, 1/2, 1/4;
-    # the extreme differences 2 - 1 = 1 and 3 - 0 = 3 each have probability 1/16 > 2.5%: the interval is [1, 3].
+def _flat_runs(con, values: dict[str, float], runs: list[tuple], epochs: int = 6) -> None:
+    """Runs whose every epoch's mean reward is their value."""
+    documents = [doc for run, value in values.items() for doc in _window_run(run, [value] * epochs)]
+    create_staging(con, documents, runs, extras=False)
+
+
+def test_arms_of_seeds_are_compared_by_a_t_interval_on_their_runs():
+    # Arm "low" has runs at 0 and 1, arm "high" runs at 2 and 3 (flat curves): the contrast is Welch's t test on
+    # the runs' matched rewards, as scipy computes it.
     con = duckdb.connect()
     values = {"l0": 0.0, "l1": 1.0, "h0": 2.0, "h1": 3.0, "solo": 5.0, "x0": 20.0, "x1": 21.0, "y0": 0.0, "y1": 0.5}
-    documents = [doc for run, value in values.items() for doc in _window_run(run, [value] * 6)]
-    create_staging(
-        con,
-        documents,
-        [
-            ("l0", "abl", 1, "low"),
-            ("l1", "abl", 1, "low"),
-            ("h0", "abl", 1, "high"),
-            ("h1", "abl", 1, "high"),
-            ("solo", "abl", 1, "one"),
-            ("x0", "other", 1, "low"),
-            ("x1", "other", 1, "low"),
-            ("y0", "other", 1, "high"),
-            ("y1", "other", 1, "high"),
-        ],
-        extras=False,
-    )
+    arms = {"l0": "low", "l1": "low", "h0": "high", "h1": "high", "solo": "one"}
+    arms |= {"x0": "low", "x1": "low", "y0": "high", "y1": "high"}
+    _flat_runs(con, values, [(run, "other" if run[0] in "xy" else "abl", 1, arm) for run, arm in arms.items()])
     build_marts(con, {"final_window": 4})
     found = rows(con, "select * from ablation_contrasts")
     contrasts = {(r["run_a"], r["run_b"]): r for r in found if r["ablation"] == "abl"}
     contrasts_of_other = {(r["run_a"], r["run_b"]): r for r in found if r["ablation"] == "other"}
     assert set(contrasts) == {("high", "low"), ("high", "solo"), ("low", "solo")}
     pair = contrasts["high", "low"]
-    assert (pair["unit"], pair["ci_method"], pair["n_runs_a"], pair["n_runs_b"]) == (
-        "runs",
-        "stratified bootstrap",
-        2,
-        2,
-    )
+    assert (pair["unit"], pair["ci_method"], pair["n_runs_a"], pair["n_runs_b"]) == ("runs", "t over runs", 2, 2)
+    welch = scipy_stats.ttest_ind([0.0, 1.0], [2.0, 3.0], equal_var=False)
+    low, high = welch.confidence_interval(0.95)
     assert pair["delta"] == pytest.approx(0.5 - 2.5)
-    assert (pair["ci_low"], pair["ci_high"]) == (pytest.approx(-3), pytest.approx(-1))
-    assert pair["resolved"] is True
+    # (its half-width within the 5e-4 of the t quantile's closed form at 2 degrees of freedom)
+    assert (pair["ci_low"] + pair["ci_high"]) / 2 == pytest.approx((low + high) / 2)
+    assert pair["ci_high"] - pair["ci_low"] == pytest.approx(high - low, rel=5e-4)
+    assert pair["p_value"] == pytest.approx(welch.pvalue)
+    # two seeds an arm: t on 2 degrees of freedom, wide enough to include zero
+    assert (pair["resolved"], pair["resolved_holm"], pair["resolved_reason"]) == (False, False, None)
     assert pair["prob_improvement"] == 0.0  # every run of "low" is below every run of "high"
     # Arms of the same names in another ablation are other arms.
     assert contrasts_of_other["high", "low"]["prob_improvement"] == 1.0
     assert contrasts_of_other["high", "low"]["delta"] == pytest.approx(20.5 - 0.25)
-    # One run against an arm of two: no interval, nothing resolved.
+    # One run against an arm of two: the difference of their means, no interval, no claim, and why.
     lone = contrasts["high", "solo"]
-    assert (lone["unit"], lone["ci_low"], lone["ci_high"], lone["resolved"]) == ("runs", None, None, False)
+    assert (lone["unit"], lone["delta"], lone["ci_low"], lone["ci_high"]) == ("runs", 2.5, None, None)
+    assert (lone["resolved"], lone["resolved_holm"]) == (None, None)
+    assert "too few runs" in lone["resolved_reason"]
+
+
+def test_holm_adjusts_the_claims_of_an_ablation():
+    # Three arms of three seeds, 0.25 apart with a spread of 0.1: every pair's interval excludes zero (p ≈ 0.038 for
+    # neighbours), but after Holm's adjustment for the three claims only the far pair stays resolved (the
+    # neighbours' 0.038 × 2 > 0.05); a second ablation's claim is a family of its own.
+    con = duckdb.connect()
+    levels = {"a": [0.0, 0.1, 0.2], "b": [0.25, 0.35, 0.45], "c": [0.5, 0.6, 0.7]}
+    values = {f"{arm}{seed}": value for arm, seeds in levels.items() for seed, value in enumerate(seeds)}
+    values |= {"z0": 0.0, "z1": 0.1, "z2": 0.2, "w0": 0.25, "w1": 0.35, "w2": 0.45}
+    ablation = {"z": "alone", "w": "alone"}
+    _flat_runs(con, values, [(run, ablation.get(run[0], "abl"), 1, run[0]) for run in values])
+    build_marts(con, {"final_window": 4})
+    found = rows(con, "select * from ablation_contrasts where ablation = 'abl' order by run_a, run_b")
+    p_values = [scipy_stats.ttest_ind(levels[r["run_a"]], levels[r["run_b"]], equal_var=False).pvalue for r in found]
+    assert [r["p_value"] for r in found] == pytest.approx(p_values)
+    holm, *_ = multipletests(p_values, alpha=0.05, method="holm")
+    assert [r["resolved"] for r in found] == [True, True, True]
+    assert [r["resolved_holm"] for r in found] == list(holm) == [False, True, False]
+    (alone,) = rows(con, "select * from ablation_contrasts where ablation = 'alone'")
+    assert (alone["resolved"], alone["resolved_holm"]) == (True, True)
 
 
 def test_ar1_intervals_are_the_same_at_any_thread_count():
@@ -277,7 +279,7 @@ def test_ar1_intervals_are_the_same_at_any_thread_count():
         con.execute(f"set threads = {threads}")
         documents, runs = ablation_epochs(curves, 3)
         create_staging(con, documents, runs, extras=False)
-        build_marts(con, {"final_window": WINDOW, "bootstrap_reps": 10})
+        build_marts(con, {"final_window": WINDOW})
         return [
             con.execute(f"select * from {table} order by all").fetchall()
             for table in ("run_summary", "ablation_contrasts")
@@ -287,17 +289,19 @@ def test_ar1_intervals_are_the_same_at_any_thread_count():
 
 
 @pytest.mark.parametrize("ci_method", ["ar1", "reml"])
-def test_two_flat_windows_have_no_interval_and_resolve_nothing(ci_method):
+def test_two_flat_windows_have_no_interval_and_make_no_claim(ci_method):
     con = duckdb.connect()
-    create_staging(
-        con,
-        _window_run("flat_a", [0.5] * 8) + _window_run("flat_b", [0.75] * 8),
-        [("flat_a", "abl", 1), ("flat_b", "abl", 1)],
-        extras=False,
-    )
+    _flat_runs(con, {"flat_a": 0.5, "flat_b": 0.75}, [("flat_a", "abl", 1), ("flat_b", "abl", 1)], epochs=8)
     build_marts(con, {"final_window": 4, "ci_method": ci_method})
     (pair,) = rows(con, "select * from ablation_contrasts")
-    assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"]) == (0.25, None, None, False)
+    assert (pair["delta"], pair["ci_low"], pair["ci_high"], pair["resolved"], pair["resolved_holm"]) == (
+        0.25,
+        None,
+        None,
+        None,
+        None,
+    )
+    assert pair["resolved_reason"].startswith("no interval")
 
 
 def test_study_reml_picks_from_the_whole_grid_what_the_warehouse_fit_does():
@@ -311,9 +315,9 @@ def test_study_reml_picks_from_the_whole_grid_what_the_warehouse_fit_does():
     assert study.reml_uncapped_variance(runs, 30)[0] == pytest.approx(uncapped["variance"], rel=1e-12)
 
 
-def test_an_interval_that_is_not_finite_resolves_nothing():
-    # Rewards of ±1e308 have a finite mean (0) but a spread that overflows: the interval is NaN, which DuckDB orders
-    # above every number, so "ci_low > 0" alone would call the lead resolved.
+def test_an_interval_that_is_not_finite_makes_no_claim():
+    # Rewards of ±1e308 have a finite mean (0) but a spread that overflows: the interval is not finite, so there is
+    # none (DuckDB orders NaN above every number: "ci_low > 0" alone would call the lead resolved).
     con = duckdb.connect()
     create_staging(
         con,
@@ -323,5 +327,5 @@ def test_an_interval_that_is_not_finite_resolves_nothing():
     )
     build_marts(con, {"final_window": 4})
     (pair,) = rows(con, "select * from ablation_contrasts")
-    assert np.isnan(pair["ci_low"]) and np.isnan(pair["ci_high"])
-    assert pair["resolved"] is False
+    assert (pair["ci_low"], pair["ci_high"], pair["resolved"], pair["resolved_holm"]) == (None, None, None, None)
+    assert pair["resolved_reason"].startswith("no interval")

@@ -15,7 +15,7 @@ MARTS = [
     "ablation_contrasts",
     "reward_breakdowns",
     "matched_window_values",
-    "bootstrap_means",
+    "matched_series",
     "epoch_trajectory_counts",
 ]
 
@@ -27,15 +27,15 @@ def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
         assert len(models[name].description) > 40
     assert set(models["epoch_metrics"].model_deps) == {"fact_epochs", "fact_trajectories", "group_metrics"}
     assert set(models["run_horizons"].model_deps) == {"epoch_metrics", "dim_runs"}
-    assert set(models["run_summary"].model_deps) == {"epoch_metrics", "fact_epochs", "run_horizons"}
+    assert set(models["matched_series"].model_deps) == {"epoch_metrics", "group_metrics", "run_horizons"}
+    assert set(models["run_summary"].model_deps) == {"epoch_metrics", "fact_epochs", "run_horizons", "matched_series"}
     assert set(models["ablation_contrasts"].model_deps) == {
         "run_summary",
         "matched_window_values",
-        "bootstrap_means",
+        "matched_series",
         "dim_runs",
     }
     assert set(models["matched_window_values"].model_deps) == {"run_summary", "epoch_metrics"}
-    assert models["bootstrap_means"].model_deps == ("matched_window_values",)
     assert models["snapshots"].model_deps == ("run_summary",)
     order = list(models)
     for model in models.values():

@@ -18,7 +18,7 @@ from pipelines.models import SQL_DIR, load_models, run_model, set_parameters
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
 KEY = "run_id"
 WHOLE = "__whole"  # the suffix the lake views are renamed with, so that a view of the same name can filter them
-SETTINGS = {"final_window": 3, "rolling_window": 3, "breakdown_window": 2, "bootstrap_reps": 40}
+SETTINGS = {"final_window": 3, "rolling_window": 3, "breakdown_window": 2}
 REGISTRY = """run_id,ablation,arm,group_size
 alpha_2fp,alpha,,4
 alpha_4fp,alpha,,8
