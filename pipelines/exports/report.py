@@ -11,6 +11,7 @@ import polars as pl
 from pipelines.exports.escape import md_code, md_text, shell_json_string, visible
 from pipelines.exports.figure import file_stem
 from pipelines.exports.run_notes import collapse_note, problem_rows
+from pipelines.stats.sql_functions import MAX_SEEDS
 
 MISSING = "–"
 BETA_HEADER = "finetuning-2025-09-03"
@@ -73,10 +74,14 @@ def ranked(summary: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# What a contrast row carries besides its numbers, kept as it is when the row is turned round.
+CLAIM_KEYS = ("ci_method", "unit", "resolved", "resolved_holm", "resolved_reason", "seeds_needed")
+
+
 def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict | None:
     """The contrast row of a pair, turned so that delta is winner − other (interval and probability flipped too)."""
     for row in contrasts.iter_rows(named=True):
-        kept = {key: row[key] for key in ("ci_method", "unit", "resolved")}
+        kept = {key: row.get(key) for key in CLAIM_KEYS}
         if (row["run_a"], row["run_b"]) == (other, winner):
             return {
                 "delta": row["delta"],
@@ -103,22 +108,57 @@ def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict 
 def interval_name(contrast: dict, level: str) -> str:
     """How a contrast's interval was computed, in words."""
     if contrast["unit"] == "runs":
-        return f"{level} stratified-bootstrap interval over runs"
+        return f"{level} t interval over seeds"
     if contrast["ci_method"] == "iid":
-        return f"{level} iid bootstrap interval"
+        return f"{level} iid interval"
     return f"{level} interval (`{contrast['ci_method']}`, which allows for autocorrelated epochs)"
 
 
-def verdict(contrast: dict, level: str) -> str:
-    """What the interval supports: resolved only when a method that holds on autocorrelated epochs excludes zero,
-    and about which population (these runs, or the configurations their seeds sample)."""
+@dataclass(frozen=True)
+class Claims:
+    """What an ablation's contrasts say about the claims made in it: how many (the family Holm's adjustment runs
+    over), and whether its arms of several seeds show how much seeds vary."""
+
+    count: int
+    seeds_vary: bool
+
+    @classmethod
+    def of(cls, contrasts: pl.DataFrame) -> Claims:
+        count = contrasts["resolved_holm"].is_not_null().sum() if "resolved_holm" in contrasts.columns else 0
+        sizes = [contrasts[column] for column in ("n_runs_a", "n_runs_b") if column in contrasts.columns]
+        return cls(int(count), any((size >= 2).any() for size in sizes))
+
+
+def seeds_sentence(contrast: dict, claims: Claims) -> str:
+    """How many seeds an arm a claim of this size about the configurations would need, and from what."""
+    needed = contrast.get("seeds_needed")
+    if needed is None:
+        return "seeds (several runs per arm, the registry's `arm` column) would make it one."
+    if needed > MAX_SEEDS:
+        count = f"more than {MAX_SEEDS:,} seeds an arm"
+    elif claims.seeds_vary:
+        count = f"about {needed} seeds an arm"
+    else:
+        count = f"at least {needed} seeds an arm"
+    basis = (
+        "the spread between the seeds of this ablation's arms"
+        if claims.seeds_vary
+        else "these runs' own variances, and seeds vary at least as much"
+    )
+    return f"one about them, of this size, would need {count} (a two-sample t test at 80% power, from {basis})."
+
+
+def verdict(contrast: dict, level: str, claims: Claims = Claims(1, False)) -> str:
+    """What the interval supports, after Holm's adjustment for the ablation's claims: resolved only when a method
+    that holds its level here excludes zero; and about which quantity (these runs, or the configurations)."""
+    reason = contrast.get("resolved_reason")
     if not (_finite(contrast["ci_low"]) and _finite(contrast["ci_high"])):
         if contrast["unit"] == "runs":
             return (
                 " There is no interval: one of the two arms has a single run, which shows nothing of its "
                 "configuration's spread; more seeds of it would."
             )
-        return " There is no interval (too few epochs in a window to estimate one)."
+        return f" There is no interval ({md_text(reason or 'too few epochs in a window to estimate one')})."
     excludes = contrast["ci_low"] > 0 or contrast["ci_high"] < 0
     if contrast["ci_method"] == "iid":
         return (
@@ -126,14 +166,24 @@ def verdict(contrast: dict, level: str) -> str:
             "nothing" + (" even though it excludes zero." if excludes else "; it includes zero anyway.")
         )
     if contrast["unit"] == "runs":
-        scope = " This is a claim about the configurations: runs are the unit resampled."
+        scope = (
+            " The claim is about the configurations: their mean matched reward over seeds, the seeds taken as "
+            "independent draws."
+        )
     else:
         scope = (
-            " The claim is about these two runs, not about their configurations: each arm has one run, and "
-            "seeds (several runs per arm, the registry's `arm` column) would make it one."
+            " The claim is about these two runs, not about their configurations (the expected means of their "
+            "windows, were the same runs replayed): " + seeds_sentence(contrast, claims)
         )
-    if contrast["resolved"]:
-        return f" The interval excludes zero: the lead is resolved at {level}." + scope
+    resolved = contrast.get("resolved_holm")
+    if resolved is None:
+        because = md_text(reason or "the method cannot back one here")
+        return f" The interval is shown, but no claim is made: {because}." + scope
+    adjusted = f" after Holm's adjustment for the ablation's {claims.count} claims" if claims.count > 1 else ""
+    if resolved:
+        return f" The interval excludes zero{adjusted}: the lead is resolved at {level}." + scope
+    if excludes:
+        return f" The interval excludes zero, but not{adjusted}: the lead is not resolved at {level}." + scope
     return f" The interval includes zero: the lead is not resolved at {level}." + scope
 
 
@@ -181,26 +231,26 @@ def headline(
         f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
         f"{num(contrast['prob_improvement'])}."
     )
-    return text + verdict(contrast, level)
+    return text + verdict(contrast, level, Claims.of(contrasts))
 
 
 def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
-    """The headline of an ablation whose arms have seeds: the best arm by the IQM of its runs' matched rewards."""
+    """The headline of an ablation whose arms have seeds: the best arm by the mean of its runs' matched rewards."""
     by_runs = contrasts.filter(pl.col("unit") == "runs")
-    iqms: dict[str, tuple[float, int]] = {}
+    means: dict[str, tuple[float, int]] = {}
     for row in by_runs.iter_rows(named=True):
         for side in ("a", "b"):
             if _finite(row[f"matched_reward_{side}"]):
-                iqms[row[f"run_{side}"]] = (row[f"matched_reward_{side}"], row[f"n_runs_{side}"])
-    order = sorted(iqms, key=lambda arm: (-iqms[arm][0], arm))
+                means[row[f"run_{side}"]] = (row[f"matched_reward_{side}"], row[f"n_runs_{side}"])
+    order = sorted(means, key=lambda arm: (-means[arm][0], arm))
     if len(order) < 2:
         return "The arms with seeds have no matched rewards to compare yet."
     best, second = order[0], order[1]
     level = f"{settings.ci_level:.0%}"
     text = (
-        f"Best configuration at the compute-matched horizon: arm **{md_code(best)}** ({iqms[best][1]} runs), IQM of "
-        f"its runs' matched rewards {num(iqms[best][0])}, against {num(iqms[second][0])} for arm **{md_code(second)}** "
-        f"({iqms[second][1]} runs)"
+        f"Best configuration at the compute-matched horizon: arm **{md_code(best)}** ({means[best][1]} runs), mean "
+        f"of its runs' matched rewards {num(means[best][0])}, against {num(means[second][0])} for arm "
+        f"**{md_code(second)}** ({means[second][1]} runs)"
     )
     contrast = oriented_contrast(by_runs, best, second)
     if contrast is None:
@@ -210,7 +260,7 @@ def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
         f"{interval(contrast['ci_low'], contrast['ci_high'])}, probability of improvement "
         f"{num(contrast['prob_improvement'])}."
     )
-    return text + verdict(contrast, level)
+    return text + verdict(contrast, level, Claims.of(contrasts))
 
 
 def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: ReportSettings) -> str:
@@ -272,13 +322,18 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
             return MISSING
         return md_code(row["run_b"] if row["delta"] > 0 else row["run_a"])
 
+    def resolved(row: dict) -> str:
+        if row.get("resolved_holm") is None and row.get("resolved_reason"):
+            return f"no claim: {md_text(row['resolved_reason'])}"
+        return "yes" if row.get("resolved_holm") and row["ci_method"] != "iid" else "no"
+
     rows = [
         [
             md_code(r["run_a"]),
             md_code(r["run_b"]),
             num(r["delta"], signed=True),
             interval(r["ci_low"], r["ci_high"]),
-            "yes" if r["resolved"] and r["ci_method"] != "iid" else "no",
+            resolved(r),
             r["unit"],
             num(r["prob_improvement"]),
             ahead(r),
@@ -391,6 +446,7 @@ class SectionParts:
     snapshots: str | None
     collapse: str | None = None  # the runs that collapsed after a peak
     problems: str | None = None  # the runs with files not loaded
+    claim_notes: str | None = None  # the runs whose own interval backs no claim
 
 
 def section_parts(
@@ -418,6 +474,7 @@ def section_parts(
         snapshots=snapshots_table(summary, snapshots) if snapshots.height else None,
         collapse=collapse_note(summary),
         problems=_problems_part(problems.filter(pl.col("run_id").is_in(ids)) if problems is not None else None),
+        claim_notes=claim_notes(summary),
     )
 
 
@@ -446,6 +503,8 @@ def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSet
         "",
         parts.runs,
     ]
+    if parts.claim_notes:
+        lines += ["", parts.claim_notes]
     if parts.problems:
         lines += ["", "### Files not loaded", "", parts.problems]
     if parts.contrasts is not None:
@@ -454,9 +513,12 @@ def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSet
             "### Pairwise contrasts of the matched reward",
             "",
             "As in `ablation_contrasts`: one row per pair with run A < run B by id, so a negative Δ means "
-            "run A is ahead. *Resolved*: the interval excludes zero. Unit *epochs of one run*: the claim is "
-            "about these two runs, not their configurations (seeds would make it one); unit *runs*: run A "
-            "and run B are arms of several seeds, compared by the IQM of their runs.",
+            "run A is ahead. *Resolved*: the interval excludes zero after Holm's adjustment for the ablation's "
+            "claims (`resolved_holm`); *no claim*: the method cannot hold its level here, for the reason given. "
+            "Unit *epochs of one run*: the interval is for the difference of these two runs' expected window "
+            "means (were the same runs replayed), not of their configurations; unit *runs*: run A and run B are "
+            "arms of several seeds, and the interval is for the difference of the configurations' mean matched "
+            "rewards over seeds (Student's t on the runs' values).",
             "",
             parts.contrasts,
         ]
@@ -488,26 +550,36 @@ def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.D
 def _interval_kind(ci_method: str) -> str:
     if ci_method == "iid":
         return "treats the window's epochs as independent, which they are not: too narrow"
-    return "allows for autocorrelated epochs"
+    return (
+        "allows for autocorrelated epochs: it is for the expected mean of the run's window were the same run "
+        "replayed, assuming its curve is a smooth trend plus stationary drift and noise"
+    )
+
+
+def claim_notes(summary: pl.DataFrame) -> str | None:
+    """The runs whose own interval backs no claim, and why (run_summary.matched_ci_note)."""
+    if "matched_ci_note" not in summary.columns:
+        return None
+    noted = ranked(summary).filter(pl.col("matched_ci_note").is_not_null())
+    if noted.is_empty():
+        return None
+    listed = "; ".join(f"{md_code(r['run_id'])}: {md_text(r['matched_ci_note'])}" for r in noted.iter_rows(named=True))
+    return f"Intervals shown that back no claim: {listed}."
 
 
 def method_sentence(ci_method: str) -> str:
-    if ci_method == "ar1":
-        return (
-            "`ar1`, which allows for the autocorrelation of per-epoch rewards: on simulated curves with no true "
-            "difference it excludes zero in at most 10% of pairs while the drift's AR coefficient is at most 0.9, but "
-            "in up to 20% at 0.95, so a lead resolved on a very slowly drifting curve is weaker than its level says; "
-            "arms of several seeds resample runs"
-        )
+    seeds = "; arms of several seeds by Student's t on their runs' matched rewards"
     if ci_method == "iid":
         return (
-            "`iid`: the window's epochs resampled as if independent, which per-epoch rewards are not, so no "
-            "lead is called resolved; arms of several seeds resample runs"
+            "`iid`: the window's epochs taken as independent, which per-epoch rewards are not, so no lead is called "
+            "resolved" + seeds
         )
+    caveat = ", too liberal when the drift is slow" if ci_method == "ar1" else ""
     return (
-        f"`{ci_method}`, the exact restricted likelihood of a trend plus autocorrelated drift plus noise: on simulated "
-        "curves with no true difference it excludes zero in at most 10% of pairs up to a drift AR coefficient of "
-        "0.95; arms of several seeds resample runs"
+        f"`{ci_method}`{caveat}: for the difference of two runs' expected window means, were the same runs replayed, "
+        "assuming each curve is a smooth trend plus stationary drift and noise (docs/statistics.md shows how often "
+        "it excludes zero between runs with no true difference, by the curves' shape)" + seeds + "; a lead is "
+        "resolved after Holm's adjustment for its ablation's claims"
     )
 
 

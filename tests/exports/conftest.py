@@ -66,6 +66,7 @@ SUMMARY = pl.DataFrame(
         "final_snapshot_id": ["s_l9", "s_m5", "s_s1", "s_o3"],
         "best_snapshot_id": ["s_l9", "s_m5", "s_s1", "s_o3"],
         "matched_snapshot_id": ["s_l1", "s_m1", "s_s1", "s_o3"],
+        "matched_ci_note": [None, None, "too few epochs for an interval: 1 < 2", None],
     }
 )
 
@@ -81,8 +82,20 @@ CONTRASTS = pl.DataFrame(
         "ci_high": [-0.05, -0.2, math.nan],
         "ci_method": ["reml"] * 3,
         "unit": ["epochs of one run"] * 3,
-        "resolved": [True, True, False],
+        "resolved": [True, True, None],
         "prob_improvement": [0.2, 0.0, 0.25],
+        "arm_a": ["r_long", "r_long", "r_mid"],
+        "arm_b": ["r_mid", "r_short", "r_short"],
+        "n_runs_a": [1, 1, 1],
+        "n_runs_b": [1, 1, 1],
+        "p_value": [0.009, 0.0001, None],
+        "resolved_holm": [True, True, None],
+        "resolved_reason": [
+            None,
+            None,
+            "no interval: neither window varies, so there is no spread to estimate one from",
+        ],
+        "seeds_needed": [7, 3, None],
     }
 )
 

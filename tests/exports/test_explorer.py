@@ -137,11 +137,15 @@ def test_interval_columns_are_carried_when_the_warehouse_has_them(tables):
     payload = ablation_payload("abl", explorer_tables(tables))
     assert (payload["runs"][1]["matched_ci_low"], payload["runs"][1]["matched_ci_high"]) == (0.41, 0.59)
     assert payload["runs"][2]["matched_ci_low"] is None  # no interval: null, and the column still said
-    assert {k: payload["contrasts"][2][k] for k in ("ci_method", "unit", "resolved")} == {
+    claim = ("ci_method", "unit", "resolved", "resolved_holm", "resolved_reason")
+    assert {k: payload["contrasts"][2][k] for k in claim} == {
         "ci_method": "reml",
         "unit": "epochs of one run",
-        "resolved": False,
+        "resolved": None,
+        "resolved_holm": None,
+        "resolved_reason": "no interval: neither window varies, so there is no spread to estimate one from",
     }
+    assert payload["contrasts"][0]["resolved_holm"] is True
     older = {
         **tables,
         "summary": tables["summary"].drop("matched_ci_low", "matched_ci_high"),

@@ -90,7 +90,10 @@ def test_contrasts_table_numbers_equal_ablation_contrasts(report, tables):
         low, high = re.fullmatch(r"\[(\S+), (\S+)\]", row["95% interval"]).groups()
         assert (number(low), number(high)) == (expected(want["ci_low"]), expected(want["ci_high"]))
         assert number(row["P(B > A)"]) == expected(want["prob_improvement"])
-        assert (row["resolved"], row["unit"]) == ("yes" if want["resolved"] else "no", want["unit"])
+        claim = "yes" if want["resolved_holm"] else "no"
+        if want["resolved_holm"] is None:
+            claim = f"no claim: {want['resolved_reason']}"
+        assert (row["resolved"], row["unit"]) == (claim, want["unit"])
         assert row["ahead"] == f"`{want['run_b'] if want['delta'] > 0 else want['run_a']}`"
 
 
@@ -104,10 +107,13 @@ def test_headline_names_the_winner_and_turns_its_contrast_round(report):
     )
     # The table row is r_mid − r_long = −0.2004 [−0.35, −0.05], P = 0.2; the winner's view is its mirror image.
     assert headline_numbers(text) == [0.200, 0.050, 0.350, 0.800]
-    assert "excludes zero: the lead is resolved at 95%" in text
+    # the ablation's two claims (the third pair has no interval) are adjusted together
+    assert "excludes zero after Holm's adjustment for the ablation's 2 claims: the lead is resolved at 95%" in text
     assert "95% interval (`reml`" in text
-    # one run per arm: the report says whose claim it is, and what would make it one about configurations
-    assert "about these two runs, not about their configurations" in text and "seeds" in text
+    # one run per arm: the report says whose claim it is, and how many seeds would make it one about configurations;
+    # no arm has seeds, so the runs' own variances give a lower bound
+    assert "about these two runs, not about their configurations" in text
+    assert "would need at least 7 seeds an arm" in text and "these runs' own variances" in text
 
 
 def test_single_run_ablation_says_there_is_nothing_to_compare(report):
@@ -145,7 +151,9 @@ def test_largest_ablation_comes_first_and_the_report_is_deterministic(report, ta
 
 
 def test_unresolved_lead_and_missing_values(tables):
-    contrasts = tables["contrasts"].with_columns(ci_low=pl.lit(-0.4), ci_high=pl.lit(0.1), resolved=pl.lit(False))
+    contrasts = tables["contrasts"].with_columns(
+        ci_low=pl.lit(-0.4), ci_high=pl.lit(0.1), resolved=pl.lit(False), resolved_holm=pl.lit(False)
+    )
     summary = tables["summary"].with_columns(
         final_reward=pl.when(pl.col("run_id") == "r_mid").then(None).otherwise(pl.col("final_reward"))
     )
@@ -214,10 +222,10 @@ def test_an_iid_interval_resolves_nothing(tables, report):
         tables["runs"], tables["summary"], contrasts, tables["snapshots"], ReportSettings(ci_method="iid")
     )
     headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
-    assert "95% iid bootstrap interval [0.050, 0.350]" in headline
+    assert "95% iid interval [0.050, 0.350]" in headline
     assert "resolves nothing even though it excludes zero" in headline and "is resolved" not in headline
     rows = markdown_table(section(text, "### Pairwise contrasts of the matched reward"))
-    assert {row["resolved"] for row in rows} == {"no"}
+    assert [row["resolved"] for row in rows][:2] == ["no", "no"]  # the third pair has no interval at all
     # The runs' own intervals are iid too: their note does not claim they allow for autocorrelation.
     runs_note = section(section(text, "## Ablation `abl`"), "### Runs")
     assert "treats the window's epochs as independent" in runs_note and "allows for autocorrelated" not in runs_note
@@ -234,9 +242,11 @@ def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
             "delta": [0.12],
             "ci_low": [0.04],
             "ci_high": [0.2],
-            "ci_method": ["stratified bootstrap"],
+            "ci_method": ["t over runs"],
             "unit": ["runs"],
             "resolved": [True],
+            "resolved_holm": [True],
+            "resolved_reason": [None],
             "prob_improvement": [1.0],
             "matched_reward_a": [0.4],
             "matched_reward_b": [0.52],
@@ -248,8 +258,9 @@ def test_arms_of_seeds_lead_with_a_claim_about_configurations(tables):
     text = render_report(runs, summary, contrasts, tables["snapshots"].head(0))
     headline = section(text, "## Ablation `seeds`").strip().splitlines()[0]
     assert headline.startswith("Best configuration at the compute-matched horizon: arm **`arm_b`** (2 runs)")
-    assert "difference +0.120, 95% stratified-bootstrap interval over runs [0.040, 0.200]" in headline
-    assert "resolved at 95%" in headline and "claim about the configurations" in headline
+    assert "difference +0.120, 95% t interval over seeds [0.040, 0.200]" in headline
+    assert "resolved at 95%" in headline and "claim is about the configurations" in headline
+    assert "mean of its runs' matched rewards 0.520" in headline
 
 
 def test_seeds_of_a_single_configuration_are_not_ranked(tables):
@@ -360,3 +371,46 @@ def test_files_not_loaded_are_listed_per_run_bounded(tables):
 
 def tables_for_report(tables):
     return tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"]
+
+
+def test_a_claim_the_method_cannot_back_is_shown_without_a_verdict(tables):
+    # The winner's pair has an interval excluding zero, but its runs are too short for the method: no claim.
+    reason = "too few epochs for an honest interval: 30 < 80"
+    contrasts = tables["contrasts"].with_columns(
+        resolved=pl.when(pl.col("run_b") == "r_mid").then(None).otherwise(pl.col("resolved")),
+        resolved_holm=pl.when(pl.col("run_b") == "r_mid").then(None).otherwise(pl.col("resolved_holm")),
+        resolved_reason=pl.when(pl.col("run_b") == "r_mid").then(pl.lit(reason)).otherwise(pl.col("resolved_reason")),
+    )
+    text = render_report(tables["runs"], tables["summary"], contrasts, tables["snapshots"])
+    headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
+    assert headline_numbers(headline) == [0.200, 0.050, 0.350, 0.800]  # the interval is still shown
+    assert "no claim is made: too few epochs for an honest interval: 30 &lt; 80." in headline
+    assert "resolved" not in headline
+    rows = markdown_table(section(text, "### Pairwise contrasts of the matched reward"))
+    assert rows[0]["resolved"] == "no claim: too few epochs for an honest interval: 30 &lt; 80"
+    # the one claim left is not adjusted for others
+    assert "Holm's adjustment for" not in headline
+
+
+def test_a_lead_resolved_only_before_holms_adjustment_is_not_resolved(tables):
+    contrasts = tables["contrasts"].with_columns(
+        resolved_holm=pl.when(pl.col("resolved_holm").is_not_null()).then(False)
+    )
+    text = render_report(tables["runs"], tables["summary"], contrasts, tables["snapshots"])
+    headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
+    assert "excludes zero, but not after Holm's adjustment for the ablation's 2 claims" in headline
+    assert "the lead is not resolved at 95%" in headline
+    rows = markdown_table(section(text, "### Pairwise contrasts of the matched reward"))
+    assert [row["resolved"] for row in rows][:2] == ["no", "no"]
+
+
+def test_seeds_needed_come_from_the_seeds_spread_when_an_arm_has_seeds(tables):
+    contrasts = tables["contrasts"].with_columns(n_runs_b=pl.when(pl.col("run_b") == "r_short").then(3).otherwise(1))
+    text = render_report(tables["runs"], tables["summary"], contrasts, tables["snapshots"])
+    headline = section(text, "## Ablation `abl`").strip().splitlines()[0]
+    assert "would need about 7 seeds an arm" in headline and "between the seeds of this ablation's arms" in headline
+
+
+def test_runs_whose_interval_backs_no_claim_are_listed_with_the_reason(report):
+    runs = section(section(report, "## Ablation `abl`"), "### Runs")
+    assert "Intervals shown that back no claim: `r_short`: too few epochs for an interval: 1 &lt; 2." in runs

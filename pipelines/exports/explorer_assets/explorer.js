@@ -992,7 +992,9 @@
       : "";
     const note = has("resolved")
       ? "Resolved: an interval that allows for autocorrelated epochs excludes zero" + (holm ? ", Holm-adjusted over the ablation's pairs" : "")
-        + ". Unit: epochs of one run, a claim about these two runs; runs, a claim about configurations whose seeds are resampled."
+        + "; no claim: the method cannot hold its level here, for the reason shown. Unit: epochs of one run, an interval for "
+        + "the difference of these two runs' expected window means (were the same runs replayed), not of their "
+        + "configurations; runs, for the difference of the configurations' mean matched rewards over seeds."
       : "These intervals resample epochs as if independent; per-epoch rewards are autocorrelated, so they are too narrow to resolve anything.";
     return el("div", {}, el("table", { class: "data" }, el("thead", {}, head), el("tbody", {}, body)),
               el("p", { class: "note" }, `Δ and P(B > A) compare the matched windows. ${note}${more}`));
