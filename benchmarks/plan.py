@@ -172,6 +172,7 @@ def _build_figures(figures: Figures, releases: list[str], work: Path, workers: i
     figures.run("ingest_full_after", "ingest", before=fresh(lake), releases=releases, lake=str(lake), workers=workers)
     shutil.rmtree(lake, ignore_errors=True)
     figures.run("figures", "figures", warehouse=str(warehouse))
+    figures.run("statistics", "statistics", warehouse=str(warehouse))
     figures.query(warehouse)
     figures.run("build_no_change", "build", **arguments)
     figures.run("build_one_file", "build", before=lambda _a: add_epoch_file(releases, next(added)), **arguments)

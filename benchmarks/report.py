@@ -62,10 +62,12 @@ def format_table(label: str, summary: dict) -> str:
     )
     if "build_full_steps" in summary:
         by_step = sorted(summary["build_full_steps"]["by_step"].items(), key=lambda item: -item[1])
+        lines.append("  fresh build's costliest steps (wall): " + ", ".join(f"{k} {v:.2f} s" for k, v in by_step[:8]))
+    if "statistics_share" in summary:
         lines.append(
-            "  fresh build's costliest steps (wall): "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in by_step[:8])
-            + f"; bootstrap {100 * summary['bootstrap_share']:.1f}% of the build"
+            f"  interval statistics: {summary['statistics_cpu']:.2f} s of cpu ({summary['statistics_runs']} runs' own "
+            f"intervals {summary['statistics_runs_cpu']:.2f} s, {summary['statistics_pairs']} contrasts of two runs "
+            f"the rest), {100 * summary['statistics_share']:.1f}% of the fresh build's cpu"
         )
     return "\n".join(lines)
 

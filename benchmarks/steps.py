@@ -272,6 +272,41 @@ def step_figures(warehouse: str) -> dict:
     }
 
 
+def step_statistics(warehouse: str) -> dict:
+    """The interval statistics the build's models call (pipelines.stats.sql_functions) on a built warehouse's series,
+    one call after another in this process: every run's own interval and every contrast of two runs, as run_summary
+    and ablation_contrasts compute them (arms of seeds compare a few numbers: left out). Their CPU seconds."""
+    import duckdb
+
+    from pipelines.defs.resources import WarehouseConfig
+    from pipelines.settings import published_path
+    from pipelines.stats import sql_functions
+
+    config = WarehouseConfig()
+    options = (config.final_window, config.ci_method, config.ci_level, config.ci_fit_epochs)
+    with duckdb.connect(str(published_path(Path(warehouse))), read_only=True) as con:
+        series = {
+            run: (epochs, values, noise)
+            for run, epochs, values, noise in con.execute(
+                "select run_id, epochs, mean_rewards, noise_variances from matched_series"
+            ).fetchall()
+        }
+        pairs = con.execute("select run_a, run_b from ablation_contrasts where unit = 'epochs of one run'").fetchall()
+    started, begun = time.perf_counter(), time.process_time()
+    for values in series.values():
+        sql_functions.run_interval(*values, *options)
+    runs_cpu = time.process_time() - begun
+    for run_a, run_b in pairs:
+        sql_functions.pair_interval(*series[run_a], *series[run_b], *options)
+    return {
+        "seconds": time.perf_counter() - started,
+        "runs": len(series),
+        "pairs": len(pairs),
+        "statistics_cpu_seconds": time.process_time() - begun,
+        "runs_cpu_seconds": runs_cpu,
+    }
+
+
 def step_sensor(releases: list[str], lake: str) -> dict:
     """A tick of the release sensor with nothing changed, after the lake was built: the look at the releases and the
     cursor it stores (the first tick, from an empty cursor, is not timed)."""
@@ -304,6 +339,7 @@ STEPS = {
     "decode": step_decode,
     "json": step_json,
     "figures": step_figures,
+    "statistics": step_statistics,
     "ingest": step_ingest,
     "duckdb": step_duckdb,
     "pandas": step_pandas,
