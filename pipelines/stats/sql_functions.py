@@ -72,11 +72,16 @@ def _checked_method(method: str) -> str:
     return method
 
 
+def _series(*lists) -> list[np.ndarray]:
+    """Lists of the SQL as float arrays, a null (an epoch with no finite mean, or no spread of groups) as NaN."""
+    return [np.asarray(values, dtype=float) for values in lists]
+
+
 def run_interval(epochs, values, noise, window, method, level, fit_epochs) -> dict:
     """intervals.run_interval on one run's series, as a row of RUN_FIELDS."""
     options = {"method": _checked_method(method), "level": level, "fit_epochs": fit_epochs}
     try:
-        fitted = intervals.run_interval(epochs, values, noise, window, **options)
+        fitted = intervals.run_interval(*_series(epochs, values, noise), window, **options)
     except FIT_FAILURES as exc:
         return _failed(RUN_FIELDS, exc)
     return {name: _finite(fitted[name]) for name in RUN_FIELDS if name not in ("claimable", "reason")} | {
@@ -102,7 +107,8 @@ def pair_interval(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, wind
     """intervals.pair_interval on two runs' series (the contrast b − a), as a row of CONTRAST_FIELDS."""
     options = {"method": _checked_method(method), "level": level, "fit_epochs": fit_epochs}
     try:
-        fitted = intervals.pair_interval(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, window, **options)
+        series = _series(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise)
+        fitted = intervals.pair_interval(*series, window, **options)
     except FIT_FAILURES as exc:
         return _failed(CONTRAST_FIELDS, exc)
     return _contrast_row(fitted)
@@ -111,7 +117,7 @@ def pair_interval(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, wind
 def arm_interval(values_a, values_b, level) -> dict:
     """intervals.arm_interval on two arms' matched rewards (the contrast b − a), as a row of CONTRAST_FIELDS."""
     try:
-        fitted = intervals.arm_interval(values_a, values_b, level=level)
+        fitted = intervals.arm_interval(*_series(values_a, values_b), level=level)
     except FIT_FAILURES as exc:
         return _failed(CONTRAST_FIELDS, exc)
     return _contrast_row(fitted)

@@ -1,7 +1,7 @@
 -- One row per run: the series its intervals are computed from, its loaded epochs at or before its ablation's
 -- compute-matched horizon in epoch order (run_summary fits a run's own interval to them, ablation_contrasts those of
--- two runs). mean_rewards holds each epoch's recomputed mean reward (NaN where none is finite); noise_variances each
--- epoch's sampling variance of that mean, the sample variance of its groups' mean rewards over their number (NaN
+-- two runs). mean_rewards holds each epoch's recomputed mean reward (null where none is finite); noise_variances each
+-- epoch's sampling variance of that mean, the sample variance of its groups' mean rewards over their number (null
 -- with fewer than two groups of a finite mean). Incremental on run_id: a run's row reads its own epochs and groups.
 with epochs as (
     select
@@ -45,8 +45,8 @@ final as (
         horizons.ablation,
         horizons.matched_horizon,
         list(epochs.epoch order by epochs.epoch) as epochs,
-        list(coalesce(epochs.mean_reward, 'nan') order by epochs.epoch) as mean_rewards,
-        list(coalesce(noise.noise_variance, 'nan') order by epochs.epoch) as noise_variances
+        list(epochs.mean_reward order by epochs.epoch) as mean_rewards,
+        list(noise.noise_variance order by epochs.epoch) as noise_variances
     from epochs
     inner join horizons
         on epochs.run_id = horizons.run_id and epochs.epoch <= horizons.matched_horizon
