@@ -4,10 +4,13 @@ the SQL models: run_summary and ablation_contrasts call them with each run's ser
 from __future__ import annotations
 
 import math
+import sys
+from contextlib import AbstractContextManager
 
 import duckdb
 import numpy as np
 from duckdb import sqltypes
+from threadpoolctl import ThreadpoolController
 
 from pipelines.stats import intervals
 
@@ -40,6 +43,20 @@ CONTRAST_FIELDS = {
 FIT_FAILURES = (ArithmeticError, ValueError, np.linalg.LinAlgError)
 SEEDS_POWER = 0.8  # the power a configuration-level claim is planned for
 MAX_SEEDS = 10_000  # beyond this many seeds per arm, "more than MAX_SEEDS"
+
+
+_blas: tuple[int, ThreadpoolController] | None = None  # the BLAS libraries loaded, and how many modules were then
+
+
+def _one_blas_thread() -> AbstractContextManager:
+    """The BLAS libraries numpy and scipy load held to one thread while a function runs: the functions run inside a
+    build whose DuckDB threads and ingest processes already use the cores, and OpenBLAS's threads spinning beside them
+    cost up to twenty times the CPU of one thread. The libraries are looked for again after a new module is imported
+    (looking costs milliseconds; a call, tens of microseconds)."""
+    global _blas
+    if _blas is None or _blas[0] != len(sys.modules):
+        _blas = (len(sys.modules), ThreadpoolController())
+    return _blas[1].limit(limits=1, user_api="blas")
 
 
 def _finite(value) -> float | None:
@@ -81,7 +98,8 @@ def run_interval(epochs, values, noise, window, method, level, fit_epochs) -> di
     """intervals.run_interval on one run's series, as a row of RUN_FIELDS."""
     options = {"method": _checked_method(method), "level": level, "fit_epochs": fit_epochs}
     try:
-        fitted = intervals.run_interval(*_series(epochs, values, noise), window, **options)
+        with _one_blas_thread():
+            fitted = intervals.run_interval(*_series(epochs, values, noise), window, **options)
     except FIT_FAILURES as exc:
         return _failed(RUN_FIELDS, exc)
     return {name: _finite(fitted[name]) for name in RUN_FIELDS if name not in ("claimable", "reason")} | {
@@ -108,7 +126,8 @@ def pair_interval(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, wind
     options = {"method": _checked_method(method), "level": level, "fit_epochs": fit_epochs}
     try:
         series = _series(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise)
-        fitted = intervals.pair_interval(*series, window, **options)
+        with _one_blas_thread():
+            fitted = intervals.pair_interval(*series, window, **options)
     except FIT_FAILURES as exc:
         return _failed(CONTRAST_FIELDS, exc)
     return _contrast_row(fitted)
@@ -117,7 +136,8 @@ def pair_interval(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, wind
 def arm_interval(values_a, values_b, level) -> dict:
     """intervals.arm_interval on two arms' matched rewards (the contrast b − a), as a row of CONTRAST_FIELDS."""
     try:
-        fitted = intervals.arm_interval(*_series(values_a, values_b), level=level)
+        with _one_blas_thread():
+            fitted = intervals.arm_interval(*_series(values_a, values_b), level=level)
     except FIT_FAILURES as exc:
         return _failed(CONTRAST_FIELDS, exc)
     return _contrast_row(fitted)
