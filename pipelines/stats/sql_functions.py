@@ -145,13 +145,14 @@ def arm_interval(values_a, values_b, level) -> dict:
 
 def two_sample_power(seeds: int, effect: float, level: float) -> float:
     """The power of a two-sided two-sample t test at `level` with `seeds` values an arm, for a difference of `effect`
-    standard deviations of one value (the noncentral t distribution)."""
+    standard deviations of one value (the noncentral t distribution). Each tail as one minus a lower tail: the
+    distribution function far below a large shift underflows to NaN."""
     from scipy import special
 
     df = 2 * seeds - 2
     critical = special.stdtrit(df, (1 + level) / 2)
     shift = effect * math.sqrt(seeds / 2)
-    return float(1 - special.nctdtr(df, shift, critical) + special.nctdtr(df, shift, -critical))
+    return float((1 - special.nctdtr(df, shift, critical)) + (1 - special.nctdtr(df, -shift, critical)))
 
 
 def seeds_per_arm(delta, variance, level) -> int | None:
