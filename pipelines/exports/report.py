@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from pipelines.exports.claims import Claims, finite, interval_kind, interval_name, method_sentence, verdict
 from pipelines.exports.escape import md_code, md_text, shell_json_string, visible
 from pipelines.exports.figure import file_stem
 from pipelines.exports.run_notes import collapse_note, problem_rows
-from pipelines.stats.sql_functions import MAX_SEEDS
 
 MISSING = "–"
 BETA_HEADER = "finetuning-2025-09-03"
@@ -61,10 +61,6 @@ def frame_table(frame: pl.DataFrame) -> str:
     return table([md_text(c) for c in frame.columns], [[cell(v) for v in row] for row in frame.iter_rows()])
 
 
-def _finite(value) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
 def ranked(summary: pl.DataFrame) -> pl.DataFrame:
     """Runs by matched reward, best first; runs without one last, then by run id."""
     return (
@@ -93,98 +89,16 @@ def oriented_contrast(contrasts: pl.DataFrame, winner: str, other: str) -> dict 
         if (row["run_a"], row["run_b"]) == (winner, other):
             # Percentile and t intervals flip exactly under negation; ties count one half, so P(a wins) = 1 − P(b wins).
             def flip(v):
-                return -v if _finite(v) else v
+                return -v if finite(v) else v
 
             return {
                 "delta": flip(row["delta"]),
                 "ci_low": flip(row["ci_high"]),
                 "ci_high": flip(row["ci_low"]),
-                "prob_improvement": 1 - row["prob_improvement"] if _finite(row["prob_improvement"]) else None,
+                "prob_improvement": 1 - row["prob_improvement"] if finite(row["prob_improvement"]) else None,
                 **kept,
             }
     return None
-
-
-def interval_name(contrast: dict, level: str) -> str:
-    """How a contrast's interval was computed, in words."""
-    if contrast["unit"] == "runs":
-        return f"{level} t interval over seeds"
-    if contrast["ci_method"] == "iid":
-        return f"{level} iid interval"
-    return f"{level} interval (`{contrast['ci_method']}`, which allows for autocorrelated epochs)"
-
-
-@dataclass(frozen=True)
-class Claims:
-    """What an ablation's contrasts say about the claims made in it: how many (the family Holm's adjustment runs
-    over), and whether its arms of several seeds show how much seeds vary."""
-
-    count: int
-    seeds_vary: bool
-
-    @classmethod
-    def of(cls, contrasts: pl.DataFrame) -> Claims:
-        count = contrasts["resolved_holm"].is_not_null().sum() if "resolved_holm" in contrasts.columns else 0
-        sizes = [contrasts[column] for column in ("n_runs_a", "n_runs_b") if column in contrasts.columns]
-        return cls(int(count), any((size >= 2).any() for size in sizes))
-
-
-def seeds_sentence(contrast: dict, claims: Claims) -> str:
-    """How many seeds an arm a claim of this size about the configurations would need, and from what."""
-    needed = contrast.get("seeds_needed")
-    if needed is None:
-        return "seeds (several runs per arm, the registry's `arm` column) would make it one."
-    if needed > MAX_SEEDS:
-        count = f"more than {MAX_SEEDS:,} seeds an arm"
-    elif claims.seeds_vary:
-        count = f"about {needed} seeds an arm"
-    else:
-        count = f"at least {needed} seeds an arm"
-    basis = (
-        "the spread between the seeds of this ablation's arms"
-        if claims.seeds_vary
-        else "these runs' own variances, and seeds vary at least as much"
-    )
-    return f"one about them, of this size, would need {count} (a two-sample t test at 80% power, from {basis})."
-
-
-def verdict(contrast: dict, level: str, claims: Claims = Claims(1, False)) -> str:
-    """What the interval supports, after Holm's adjustment for the ablation's claims: resolved only when a method
-    that holds its level here excludes zero; and about which quantity (these runs, or the configurations)."""
-    reason = contrast.get("resolved_reason")
-    if not (_finite(contrast["ci_low"]) and _finite(contrast["ci_high"])):
-        if contrast["unit"] == "runs":
-            return (
-                " There is no interval: one of the two arms has a single run, which shows nothing of its "
-                "configuration's spread; more seeds of it would."
-            )
-        return f" There is no interval ({md_text(reason or 'too few epochs in a window to estimate one')})."
-    excludes = contrast["ci_low"] > 0 or contrast["ci_high"] < 0
-    if contrast["ci_method"] == "iid":
-        return (
-            " This interval treats autocorrelated epochs as independent and is far too narrow, so it resolves "
-            "nothing" + (" even though it excludes zero." if excludes else "; it includes zero anyway.")
-        )
-    if contrast["unit"] == "runs":
-        scope = (
-            " The claim is about the configurations: their mean matched reward over seeds, the seeds taken as "
-            "independent draws."
-        )
-    else:
-        scope = (
-            " The claim is about these two runs, not about their configurations (the expected means of their "
-            "windows, were the same runs replayed): " + seeds_sentence(contrast, claims)
-        )
-    resolved = contrast.get("resolved_holm")
-    if resolved is None:
-        because = md_text(reason or "the method cannot back one here")
-        return f" The interval is shown, but no claim is made: {because}." + scope
-    adjusted = f" after Holm's adjustment for the ablation's {claims.count} claims" if claims.count > 1 else ""
-    if resolved:
-        return f" The interval excludes zero{adjusted}: the lead is resolved at {level}." + scope
-    if excludes:
-        return f" The interval excludes zero, but not{adjusted}: the lead is not resolved at {level}." + scope
-    return f" The interval includes zero: the lead is not resolved at {level}." + scope
 
 
 def headline(
@@ -240,7 +154,7 @@ def arm_headline(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
     means: dict[str, tuple[float, int]] = {}
     for row in by_runs.iter_rows(named=True):
         for side in ("a", "b"):
-            if _finite(row[f"matched_reward_{side}"]):
+            if finite(row[f"matched_reward_{side}"]):
                 means[row[f"run_{side}"]] = (row[f"matched_reward_{side}"], row[f"n_runs_{side}"])
     order = sorted(means, key=lambda arm: (-means[arm][0], arm))
     if len(order) < 2:
@@ -302,7 +216,7 @@ def runs_table(ablation_runs: pl.DataFrame, summary: pl.DataFrame, settings: Rep
 
 
 def one_decimal(value) -> str:
-    return f"{value:.1f}" if _finite(value) else MISSING
+    return f"{value:.1f}" if finite(value) else MISSING
 
 
 def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
@@ -318,7 +232,7 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
     ]
 
     def ahead(row: dict) -> str:
-        if not _finite(row["delta"]) or row["delta"] == 0:
+        if not finite(row["delta"]) or row["delta"] == 0:
             return MISSING
         return md_code(row["run_b"] if row["delta"] > 0 else row["run_a"])
 
@@ -497,7 +411,7 @@ def section_lines(ablation: str | None, parts: SectionParts, settings: ReportSet
         "",
         f"Best matched reward first. *Final reward*: mean over the last {settings.final_window} loaded epochs; "
         "*AUC reward*: mean over all loaded epochs; *peak EMA*: the highest smoothed reward and the first epoch "
-        f"reaching it. The matched reward's *{settings.ci_level:.0%} interval* {_interval_kind(settings.ci_method)}; "
+        f"reaching it. The matched reward's *{settings.ci_level:.0%} interval* {interval_kind(settings.ci_method)}; "
         "*IQM*: the interquartile mean of its window; *effective n*: how many independent epochs the window is "
         "worth.",
         "",
@@ -547,15 +461,6 @@ def winner_model_name(runs: pl.DataFrame, summary: pl.DataFrame, snapshots: pl.D
     return names[0] if len(names) else None
 
 
-def _interval_kind(ci_method: str) -> str:
-    if ci_method == "iid":
-        return "treats the window's epochs as independent, which they are not: too narrow"
-    return (
-        "allows for autocorrelated epochs: it is for the expected mean of the run's window were the same run "
-        "replayed, assuming its curve is a smooth trend plus stationary drift and noise"
-    )
-
-
 def claim_notes(summary: pl.DataFrame) -> str | None:
     """The runs whose own interval backs no claim, and why (run_summary.matched_ci_note)."""
     if "matched_ci_note" not in summary.columns:
@@ -565,22 +470,6 @@ def claim_notes(summary: pl.DataFrame) -> str | None:
         return None
     listed = "; ".join(f"{md_code(r['run_id'])}: {md_text(r['matched_ci_note'])}" for r in noted.iter_rows(named=True))
     return f"Intervals shown that back no claim: {listed}."
-
-
-def method_sentence(ci_method: str) -> str:
-    seeds = "; arms of several seeds by Student's t on their runs' matched rewards"
-    if ci_method == "iid":
-        return (
-            "`iid`: the window's epochs taken as independent, which per-epoch rewards are not, so no lead is called "
-            "resolved" + seeds
-        )
-    caveat = ", too liberal when the drift is slow" if ci_method == "ar1" else ""
-    return (
-        f"`{ci_method}`{caveat}: for the difference of two runs' expected window means, were the same runs replayed, "
-        "assuming each curve is a smooth trend plus stationary drift and noise (docs/statistics.md shows how often "
-        "it excludes zero between runs with no true difference, by the curves' shape)" + seeds + "; a lead is "
-        "resolved after Holm's adjustment for its ablation's claims"
-    )
 
 
 def render_report(
