@@ -28,6 +28,7 @@ OUTPUTS = {
     "models": (("pipelines.defs.models.assets",), ()),
     "checks": (("pipelines.defs.models.checks",), ()),
     "exports": (("pipelines.defs.exports.assets",), EXPLORER_FILES),
+    "figures": (("pipelines.defs.exports.figures",), ()),
     "paper tables": (("pipelines.defs.exports.paper_tables",), ()),
     "sensor cursor": (("pipelines.defs.ingest.sensors",), ()),
 }
@@ -62,6 +63,7 @@ def test_each_closure_is_the_one_a_second_reading_finds(expected):
 def test_each_output_carries_the_code_version_of_what_makes_it():
     from pipelines.definitions import build_definitions
     from pipelines.defs.exports import assets as exports
+    from pipelines.defs.exports.figures import FIGURES_CODE
     from pipelines.defs.exports.paper_tables import PAPER_CODE
     from pipelines.defs.ingest.assets import RUN_TABLES
     from pipelines.defs.ingest.sensors import CURSOR_FORMAT
@@ -78,6 +80,7 @@ def test_each_output_carries_the_code_version_of_what_makes_it():
     assert checks.CODE_VERSION == versions["checks"]
     assert CURSOR_FORMAT == versions["sensor cursor"]
     assert PAPER_CODE == versions["paper tables"]
+    assert FIGURES_CODE == versions["figures"]
     made_with = f"{versions['exports']} {library_versions()}"
     assert exports.CODE_VERSION == hashlib.sha256(made_with.encode()).hexdigest()[:16]
     graph = build_definitions(WarehouseConfig()).resolve_asset_graph()
@@ -88,6 +91,8 @@ def test_each_output_carries_the_code_version_of_what_makes_it():
             assert node.code_version == versions["lake partitions" if name in RUN_TABLES else "release tables"]
         elif name == "paper_tables":
             assert node.code_version == PAPER_CODE
+        elif name == "ablation_figures":
+            assert node.code_version == FIGURES_CODE
         elif node.group_name == "exports" and name != "warehouse_duckdb":
             assert node.code_version == exports.CODE_VERSION, name
         else:
@@ -126,7 +131,7 @@ def test_a_change_to_any_module_changes_the_code_version_of_what_it_makes_and_no
         else:
             assert changed == {"exports"}, path.name
     assert changed_by[copy / "release" / "flatten.py"] >= {"lake partitions", "models", "exports"}
-    assert changed_by[copy / "exports" / "figure.py"] == {"exports", "paper tables"}
+    assert changed_by[copy / "exports" / "figure.py"] == {"exports", "figures", "paper tables"}
     assert changed_by[copy / "cli.py"] == set()
 
 
@@ -137,7 +142,7 @@ def test_a_new_version_of_a_library_changes_what_its_importers_make(monkeypatch,
     after = {output: code_version(*roots, files=files) for output, (roots, files) in OUTPUTS.items()}
     changed = {output for output in OUTPUTS if after[output] != before[output]}
     assert changed == {output for output in OUTPUTS if "matplotlib" in expected[output][1]}
-    assert changed == {"exports", "paper tables"}
+    assert changed == {"exports", "figures", "paper tables"}
 
 
 def test_a_change_to_a_models_sql_changes_its_code_version_alone(tmp_path):

@@ -11,7 +11,9 @@ from polars.testing import assert_frame_equal
 
 from pipelines.definitions import defs
 from pipelines.defs.exports import assets as export_assets
-from pipelines.defs.exports.assets import ablation_figures, report, table_exports
+from pipelines.defs.exports import figures as figure_assets
+from pipelines.defs.exports.assets import report, table_exports
+from pipelines.defs.exports.figures import ablation_figures
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports.figure import ablation_inputs
 from pipelines.warehouse_db import open_build_db
@@ -144,7 +146,7 @@ def renders(monkeypatch):
 
     # draw_figures(jobs, workers): one figure per job, drawn in worker processes
     monkeypatch.setattr(
-        export_assets, "draw_figures", counting("figures", export_assets.draw_figures, lambda jobs, *_: len(jobs))
+        figure_assets, "draw_figures", counting("figures", figure_assets.draw_figures, lambda jobs, *_: len(jobs))
     )
     monkeypatch.setattr(export_assets, "table_files", counting("tables", export_assets.table_files))
     monkeypatch.setattr(
@@ -259,10 +261,13 @@ def test_the_digests_of_all_ablations_at_once_are_each_ablations_own(tables):
     )
     tables = {"runs": runs, "epochs": epochs, "summary": summary}
     params = {"final_window": 3}
-    digests = export_assets.figure_digests(tables, params)
+    digests = figure_assets.figure_digests(tables, params)
     assert list(digests) == ["abl", "other", None]  # the report's order
     assert digests == {
-        ablation: reference_digest(ablation_inputs(ablation, runs, epochs, summary), params) for ablation in digests
+        ablation: reference_digest(
+            ablation_inputs(ablation, runs, epochs, summary), {**params, "code": figure_assets.FIGURES_CODE}
+        )
+        for ablation in digests
     }
 
 
@@ -278,13 +283,13 @@ def test_a_changed_parameter_renders_the_figures_again(tmp_path, tables, renders
 
 
 def test_the_metric_parameters_reach_the_figure_and_the_report(tmp_path, tables, monkeypatch):
-    smoothings, draw = [], export_assets.draw_figures
+    smoothings, draw = [], figure_assets.draw_figures
 
     def drawing(jobs, *args, **kwargs):
         smoothings.extend(job.smoothing for job in jobs)
         return draw(jobs, *args, **kwargs)
 
-    monkeypatch.setattr(export_assets, "draw_figures", drawing)
+    monkeypatch.setattr(figure_assets, "draw_figures", drawing)
     write_build_db(tmp_path, build_tables(tables))
     config = WarehouseConfig(warehouse_dir=str(tmp_path), ema_weight=0.7, rolling_window=3, ci_level=0.8)
     assert dg.materialize([ablation_figures, report], resources={"warehouse": config}).success
@@ -346,7 +351,7 @@ def test_a_figure_that_cannot_be_drawn_is_reported_the_others_built_and_it_is_dr
 
     monkeypatch.setattr(figure_module, "ablation_figure", failing_for_abl)
     # no previews: the failed figure is drawn again because it failed, not because it has no preview yet
-    monkeypatch.setattr(export_assets, "PREVIEWS_SHOWN", 0)
+    monkeypatch.setattr(figure_assets, "PREVIEWS_SHOWN", 0)
     built = build_tables(tables)
     write_build_db(tmp_path, built)
     record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})  # unchanged inputs, as a model step says

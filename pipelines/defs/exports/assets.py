@@ -1,7 +1,6 @@
 """The exports under <warehouse>/exports: ablation figures, CSV/Parquet copies of the result tables, report.md, the
 run explorer."""
 
-import base64
 import dataclasses
 import hashlib
 import json
@@ -15,7 +14,6 @@ from pipelines.code_versions import code_version
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports import explorer as explorer_module
 from pipelines.exports import run_notes
-from pipelines.exports.escape import md_text
 from pipelines.exports.explorer import (
     ExplorerSettings,
     ExplorerTables,
@@ -26,14 +24,6 @@ from pipelines.exports.explorer import (
     vega_bundle,
 )
 from pipelines.exports.explorer_data import histogram_sql, joined_epochs
-from pipelines.exports.figure import (
-    NEEDED_EPOCH_COLUMNS,
-    Drawing,
-    FigureJob,
-    Smoothing,
-    ablation_inputs,
-    draw_figures,
-)
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import (
     ReportSettings,
@@ -43,12 +33,13 @@ from pipelines.exports.report import (
     render_report_and_headlines,
     section_parts,
 )
-from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, remove_gone, still_there
+from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, remove_gone
 from pipelines.warehouse_db import model_fingerprints
 
 GROUP = "exports"
 
 FIGURES = "figures"
+FIGURES_ASSET = dg.AssetKey("ablation_figures")  # defs/exports/figures.py
 # Each exported table, in an order that makes its files byte-stable from one build to the next.
 EXPORTED_TABLES = {
     "dim_runs": "run_id",
@@ -120,9 +111,9 @@ def read_tables(
         return {name: con.sql(query).pl() for name, query in queries.items()}, model_fingerprints(con, inputs)
 
 
-def inputs_fingerprint(warehouse: WarehouseConfig, inputs, params: dict) -> str | None:
+def inputs_fingerprint(warehouse: WarehouseConfig, inputs, params: dict, code: str = CODE_VERSION) -> str | None:
     with warehouse.build_db(read_only=True) as con:
-        return export_fingerprint(model_fingerprints(con, inputs), params, CODE_VERSION)
+        return export_fingerprint(model_fingerprints(con, inputs), params, code)
 
 
 def file_hashes(files: dict[str, bytes]) -> dict[str, str]:
@@ -193,180 +184,6 @@ def digests_by_ablation(
         )
         for ablation in ordered_ablations(runs)
     }
-
-
-def figure_digests(tables: dict[str, pl.DataFrame], params: dict) -> dict[str | None, str]:
-    """Per ablation, a digest of what its figure is drawn from: its rows (ablation_inputs: its runs by run id, their
-    epochs, their summaries), the parameters, the code."""
-    runs = tables["runs"].sort("run_id", maintain_order=True)
-    frames = [(runs, True), (tables["epochs"].select(NEEDED_EPOCH_COLUMNS), False), (tables["summary"], False)]
-    return digests_by_ablation(runs, frames, params)
-
-
-def figures_metadata(folder: Path, files: list[str], previews: str, rewritten: int, failures: dict[str, str]) -> dict:
-    return {
-        "preview": dg.MetadataValue.md(previews),
-        "folder": dg.MetadataValue.path(str(folder)),
-        "files": dg.MetadataValue.json(sorted(files)),
-        "grpo/rewritten": rewritten,
-        "not_drawn": dg.MetadataValue.json(failures),
-    }
-
-
-# key, digest, the kept files (name -> size and name -> hash, as recorded), the kept preview
-FigurePlan = tuple[str, str, "dict[str, dict] | None", "str | None"]
-
-
-def kept_drawing(folder: Path, last: dict, digest: str, shown: bool) -> dict[str, dict] | None:
-    """The sizes and hashes of an ablation's files as last drawn ({"files": ..., "hashes": ...}), if they were drawn
-    from this digest (with a preview when one is shown) and are all still there at their size; None: draw it."""
-    sizes, hashes = last.get("files"), last.get("hashes")
-    if last.get("digest") != digest or last.get("failed") or (shown and not last.get("preview")):
-        return None
-    if not isinstance(sizes, dict) or not isinstance(hashes, dict) or sizes.keys() != hashes.keys():
-        return None
-    return {"files": sizes, "hashes": hashes} if still_there(folder, sizes) else None
-
-
-def plan_figures(
-    tables: dict[str, pl.DataFrame], params: dict, before: dict, folder: Path, job
-) -> tuple[list[FigurePlan], list[FigureJob]]:
-    """Per ablation, in the report's order, what it keeps from its last drawing, and the figures to draw.
-
-    An ablation whose rows, parameters and code are those of its last drawing keeps its files, unread: one changed
-    run redraws its own ablation, not all of them. `job(ablation, rows, preview)` makes the FigureJob of one to draw.
-    """
-    plans: list[FigurePlan] = []
-    jobs: list[FigureJob] = []
-    for ablation, digest in figure_digests(tables, params).items():
-        key, shown = json.dumps(ablation), len(plans) < PREVIEWS_SHOWN
-        last = before.get(key, {})
-        kept = kept_drawing(folder, last, digest, shown)
-        if kept is None:
-            jobs.append(
-                job(ablation, ablation_inputs(ablation, tables["runs"], tables["epochs"], tables["summary"]), shown)
-            )
-        plans.append((key, digest, kept, last.get("preview") if kept is not None else None))
-    return plans, jobs
-
-
-def collect_figures(
-    plans: list[FigurePlan], drawings: list[Drawing]
-) -> tuple[dict[str, bytes], dict[str, str], list[str], dict[str, dict]]:
-    """The figure files drawn now, every figure file's hash (those kept included), the UI previews and the
-    per-ablation record, from the kept files and the new drawings. An ablation whose figure failed has no files and
-    its record says why (`failed`): the next build draws it again."""
-    drawn_in_order = iter(drawings)
-    drawn_files: dict[str, bytes] = {}
-    hashes: dict[str, str] = {}
-    previews: list[str] = []
-    ablations: dict[str, dict] = {}
-    for index, (key, digest, kept, preview) in enumerate(plans):
-        failure = None
-        if kept is None:
-            drawing = next(drawn_in_order)
-            drawn_files.update(drawing.files)
-            kept = {
-                "files": {name: len(data) for name, data in drawing.files.items()},
-                "hashes": file_hashes(drawing.files),
-            }
-            failure = drawing.failure
-            if drawing.preview is not None:
-                name = md_text(json.loads(key) or "unassigned")
-                preview = (
-                    f"**{name}**\n\n![{name}](data:image/jpeg;base64,{base64.b64encode(drawing.preview).decode()})"
-                )
-        hashes.update(kept["hashes"])
-        if index < PREVIEWS_SHOWN and preview is not None:
-            previews.append(preview)
-        ablations[key] = {"digest": digest, **kept, "preview": preview, **({"failed": failure} if failure else {})}
-    return drawn_files, hashes, previews, ablations
-
-
-def figure_failures(ablations: dict[str, dict]) -> dict[str, str]:
-    """Per ablation (its name) whose figure could not be drawn, why: one line."""
-    return {json.loads(key): entry["failed"] for key, entry in ablations.items() if entry.get("failed")}
-
-
-def report_failures(context: dg.AssetExecutionContext, failures: dict[str, str]) -> None:
-    for ablation, cause in failures.items():
-        context.log.warning(f"the figure of ablation {ablation!r} was not drawn: {cause}")
-
-
-def kept_figures(context: dg.AssetExecutionContext, entry: dict | None, folder: Path) -> dg.MaterializeResult | None:
-    """The result of the figures kept whole (their inputs unchanged since they were drawn), or None: plan them.
-    Only when every figure was drawn: one that failed is tried again, and reported again if it fails."""
-    if not entry or figure_failures(entry["metadata"].get("ablations", {})):
-        return None
-    # Not the preview again (up to a few hundred kB of images): every materialization's metadata is stored.
-    meta = entry["metadata"]
-    drawn = f"run `{meta['drawn_in_run'][:8]}`" if meta.get("drawn_in_run") else "an earlier materialization"
-    previews = f"Figures unchanged since {drawn}, whose materialization shows them."
-    return kept_result(context, entry, figures_metadata(folder, meta["files"], previews, 0, {}))
-
-
-@dg.asset(
-    deps=[dg.AssetKey(name) for name in FIGURE_INPUTS],
-    group_name=GROUP,
-    code_version=CODE_VERSION,
-    kinds={"matplotlib", "png", "svg"},
-)
-def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.MaterializeResult:
-    """One figure per ablation (PNG and SVG): reward curves, zero-variance groups and entropy of its runs."""
-    smoothing = Smoothing(warehouse.ema_weight, warehouse.rolling_window, warehouse.ci_level, warehouse.ci_method)
-    params = {
-        "smoothing": dataclasses.asdict(smoothing),
-        "final_window": warehouse.final_window,
-        "previews": PREVIEWS_SHOWN,
-    }
-    exports, folder = exports_dir(warehouse), exports_dir(warehouse) / FIGURES
-    entry = kept_entry(
-        exports, ablation_figures.key.to_user_string(), inputs_fingerprint(warehouse, FIGURE_INPUTS, params)
-    )
-    if kept := kept_figures(context, entry, folder):
-        return kept
-    tables, inputs = read_tables(
-        warehouse,
-        {"runs": FIGURE_RUNS_SQL, "epochs": EPOCHS_SQL, "summary": "select * from run_summary order by run_id"},
-        FIGURE_INPUTS,
-    )
-    last = recorded_metadata(exports, ablation_figures.key.to_user_string())
-    before = last.get("ablations", {})
-    plans, jobs = plan_figures(
-        tables,
-        params,
-        before,
-        folder,
-        lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing, warehouse.final_window, preview=shown),
-    )
-    drawn, files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
-    written = [name for name, content in drawn.items() if write_if_changed(folder / name, content)]
-    stale = remove_gone(exports, ablation_figures.key.to_user_string(), [f"{FIGURES}/{name}" for name in files])
-    failures = figure_failures(ablations)
-    context.log.info(
-        f"{len(ablations)} ablation(s), {len(jobs) - len(failures)} drawn, {len(failures)} not drawn, the others' "
-        f"unchanged; {len(files)} figure file(s), {len(written)} rewritten, {len(stale)} stale removed"
-    )
-    report_failures(context, failures)
-    preview = "\n\n".join(previews) or "no ablations"
-    version = content_version(files)
-    record(
-        exports,
-        ablation_figures.key.to_user_string(),
-        export_fingerprint(inputs, params, CODE_VERSION),
-        [f"{FIGURES}/{name}" for name in files],
-        version.value,
-        # the run that drew a figure last: with every figure kept, the record (and its file) stays as it was
-        {
-            "files": sorted(files),
-            "preview": preview,
-            "ablations": ablations,
-            "drawn_in_run": context.run.run_id if jobs else last.get("drawn_in_run", context.run.run_id),
-        },
-    )
-    return dg.MaterializeResult(
-        metadata=figures_metadata(folder, list(files), preview, len(written), failures), data_version=version
-    )
 
 
 def table_exports_metadata(folder: Path, rows: dict[str, int], summary: str, rewritten: int) -> dict:
@@ -472,7 +289,7 @@ def report_metadata(path: Path, headline: str, rewritten: bool) -> dict:
 
 
 @dg.asset(
-    deps=[dg.AssetKey(name) for name in REPORT_INPUTS] + [ablation_figures.key],
+    deps=[dg.AssetKey(name) for name in REPORT_INPUTS] + [FIGURES_ASSET],
     group_name=GROUP,
     code_version=CODE_VERSION,
     kinds={"markdown"},
