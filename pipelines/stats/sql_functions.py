@@ -66,8 +66,8 @@ def _finite(value) -> float | None:
 
 def p_value(delta, variance, df) -> float | None:
     """The two-sided p-value of a zero difference for delta with the given variance, on Student's t with df degrees
-    of freedom (the normal's when df is infinite or None): the interval delta ± q·√variance excludes zero exactly
-    when this is below 1 − level."""
+    of freedom (the normal's when df is infinite or None): the interval delta ± q·√variance excludes zero when this
+    is below 1 − level (to within the closed form intervals.py takes t quantiles by, at few degrees of freedom)."""
     if delta is None or variance is None or not (math.isfinite(delta) and variance > 0 and math.isfinite(variance)):
         return None
     from scipy import special  # imported by the first build step that needs it, not by every process loading the code
