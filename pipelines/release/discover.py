@@ -6,7 +6,7 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.settings import OBJECT_SCHEME
@@ -38,6 +38,11 @@ DOCUMENT_ORDER = (
     "names tried in order: epoch_NNN_results.json, results.json, metrics.json, then any other "
     "*.json holding an epoch document"
 )
+# A file that may hold transcripts (*.jsonl, *.ndjson, *.json that is no epoch document), anywhere in a run folder:
+# its EpochFile's layout. Folders other than epoch folders are looked into down to this depth below the run folder.
+TRANSCRIPT_LAYOUT = "transcript"
+TRANSCRIPT_SUFFIXES = (".jsonl", ".ndjson", ".json")
+FOLDER_DEPTH = 4
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 1.6 us to make, this one 0.2 (one per file listed)
@@ -103,6 +108,13 @@ class RunListing:
     # The latest change time (ctime) of an epoch file or folder it saw: when the run was last written to. Unlike
     # an mtime, a ctime cannot be set back (utime, tar and cp -p set mtimes and leave the ctime at "now").
     changed_at_ns: int = 0
+    # The files that may hold transcripts (layout TRANSCRIPT_LAYOUT; epoch_in_name the epoch of the epoch folder they
+    # are in, or None), wherever they are in the run folder.
+    transcript_files: list[EpochFile] = field(default_factory=list)
+
+
+def may_hold_transcripts(name: str) -> bool:
+    return name.lower().endswith(TRANSCRIPT_SUFFIXES)
 
 
 def folder_stamp(st: os.stat_result) -> FolderStamp:
@@ -229,7 +241,13 @@ def list_run(run: RunFolder, tree=LocalTree) -> RunListing:
         return RunListing(run, lister.epoch_files, lister.skipped)
     lister.list_entries(entries)
     return RunListing(
-        run, lister.epoch_files, lister.skipped, lister.folders, lister.listed_at_ns, lister.changed_at_ns
+        run,
+        lister.epoch_files,
+        lister.skipped,
+        lister.folders,
+        lister.listed_at_ns,
+        lister.changed_at_ns,
+        lister.transcript_files,
     )
 
 
@@ -249,6 +267,7 @@ class _RunLister:
         self.tree = tree
         self.prefix = _relative(run.path, self.root)  # source paths are this plus "/name", as Path.relative_to gives
         self.epoch_files: list[EpochFile] = []
+        self.transcript_files: list[EpochFile] = []
         self.skipped: list[SkippedEntry] = []
         self.listed_at_ns = time.time_ns()
         self.folders: dict[str, FolderStamp] | None = None  # None: not settled from stamps (a link, a bucket)
@@ -280,7 +299,8 @@ class _RunLister:
             source_path, f"named as an epoch document, but {what}, not a file; not opened", "not_a_file", epoch=epoch
         )
 
-    def add_epoch(self, entry: os.DirEntry, source_path: str, epoch: int, layout: str) -> None:
+    def add_epoch(self, entry: os.DirEntry, source_path: str, epoch: int | None, layout: str) -> None:
+        """An epoch document (or a transcript file, of layout TRANSCRIPT_LAYOUT) as the listing saw it."""
         if shown(source_path) != source_path:
             self.skip(source_path, "a document whose name is not UTF-8 text; not loaded (renamed, it is)", "bad_name")
             return
@@ -289,7 +309,8 @@ class _RunLister:
         except OSError as exc:
             self.skip(source_path, f"cannot stat: {exc.strerror}", "unreadable", epoch=epoch)
             return
-        self.epoch_files.append(
+        files = self.transcript_files if layout == TRANSCRIPT_LAYOUT else self.epoch_files
+        files.append(
             EpochFile(
                 self.run_id,
                 entry.path,
@@ -357,7 +378,39 @@ class _RunLister:
                     epoch=epoch,
                 )
         for other in sorted(others, key=_name):
-            self.skip(f"{folder_path}/{other.name}", beside, epoch=epoch)
+            self.list_other(other, f"{folder_path}/{other.name}", 2, beside, epoch)
+
+    def list_other(self, entry: os.DirEntry, source_path: str, depth: int, reason: str, epoch=None) -> None:
+        """An entry that is no epoch document, depth folders below the run folder: a file that may hold transcripts
+        is listed as one, a folder looked into (down to FOLDER_DEPTH), anything else inventoried with the reason."""
+        if entry.name.startswith("."):
+            self.skip(source_path, "hidden entry", epoch=epoch)
+        elif problem := self.link_problem(entry):
+            self.skip(source_path, problem, "outside_link", epoch=epoch)
+        elif entry.is_dir():
+            if depth > FOLDER_DEPTH:
+                self.skip(source_path, f"a folder more than {FOLDER_DEPTH} deep in the run folder; not looked into")
+            else:
+                self.list_folder(entry, source_path, depth, epoch)
+        elif may_hold_transcripts(entry.name) and entry.is_file():
+            self.add_epoch(entry, source_path, epoch, TRANSCRIPT_LAYOUT)
+        else:
+            self.skip(source_path, reason, epoch=epoch)
+
+    def list_folder(self, entry: os.DirEntry, source_path: str, depth: int, epoch=None) -> None:
+        """A folder that is no epoch folder (transcripts/, logs/; epoch: of the epoch folder it is in, if any):
+        stamped, and each of its entries listed."""
+        try:
+            if self.folders is not None:
+                folder = entry.stat(follow_symlinks=False)
+                self.folders[source_path] = folder_stamp(folder)
+                self.changed_at_ns = max(self.changed_at_ns, folder.st_ctime_ns)
+            inner_entries = self.tree.scan(entry.path)
+        except OSError as exc:
+            self.skip(source_path, f"cannot list folder: {exc.strerror}", "unreadable", epoch=epoch)
+            return
+        for inner in inner_entries:
+            self.list_other(inner, f"{source_path}/{inner.name}", depth + 1, "not an epoch file", epoch)
 
     def list_entries(self, entries: list[os.DirEntry]) -> None:
         """The run folder's entries: epoch files, epoch folders, and the rest inventoried."""
@@ -405,7 +458,7 @@ class _RunLister:
                     "stray_file",
                 )
             else:
-                self.skip(source_path, "not an epoch file")
+                self.list_other(entry, source_path, 1, "not an epoch file")
 
 
 # What an entry is when it is not a regular file, by its mode (anything else: a device).
