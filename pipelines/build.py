@@ -109,7 +109,7 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
     # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
     # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
-    stale = stale_runs(runs, lake, config.max_file_bytes, full_scan, config.quiet_seconds)
+    stale = stale_runs(runs, lake, config.max_file_bytes, full_scan, config.quiet_seconds, config.transcript_text)
     print(
         f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
         flush=True,
@@ -258,7 +258,12 @@ def failure_reason(result) -> str:
 
 
 def stale_runs(
-    runs: dict, lake: Path, max_file_bytes: int, full_scan: bool = False, quiet_seconds: int | None = None
+    runs: dict,
+    lake: Path,
+    max_file_bytes: int,
+    full_scan: bool = False,
+    quiet_seconds: int | None = None,
+    transcript_text: bool = False,
 ) -> set[str]:
     """The run ids whose lake partitions are out of date (lake.select_runs), and those the lake has no manifest of.
 
@@ -271,7 +276,8 @@ def stale_runs(
     new = {run_id for run_id in runs if not manifest_file(lake, run_id).exists()}
     known = [run for run_id, run in runs.items() if run_id not in new]
     quiet = {} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}
-    return set(select_runs(known, lake, max_file_bytes, full_scan, **quiet).stale) | new
+    selection = select_runs(known, lake, max_file_bytes, full_scan, **quiet, transcript_text=transcript_text)
+    return set(selection.stale) | new
 
 
 def _describe(stale: set[str], gone: set[str]) -> str:

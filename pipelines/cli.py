@@ -131,6 +131,18 @@ def parser() -> argparse.ArgumentParser:
         "(default: the multi-target release flat, the binary one in epoch folders)",
     )
 
+    show = commands.add_parser("show", help="print a trajectory's transcript, headed by its run, epoch and reward")
+    show.add_argument("trajectory_id", help="the trajectory's id (fact_trajectories.trajectory_id)")
+    show.add_argument("--run", metavar="RUN_ID", help="the run, when the id is in several")
+    show.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: the messages, wrapped; json: the record as its file holds it",
+    )
+    show.add_argument("--width", type=int, default=None, help="wrap text at N columns (default: the terminal's)")
+    _warehouse_arg(show)
+
     sql = commands.add_parser("sql", help="run a read-only query against the published warehouse")
     sql.add_argument(
         "query",
@@ -160,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_build(args)
         if args.command == "sample":
             return run_sample(args)
+        if args.command == "show":
+            return run_show(args)
         return run_sql(args)
     except (CommandError, BuildError) as exc:
         print(f"grpo-warehouse {args.command}: {exc}", file=sys.stderr)
@@ -229,6 +243,35 @@ def _csv_columns(relation):
         else:
             columns.append(quoted)
     return relation.project(", ".join(columns))
+
+
+def run_show(args) -> int:
+    import shutil
+
+    import duckdb
+
+    from pipelines.show import ShowError, find_trajectory, read_record, render
+
+    path = published_path(Path(args.warehouse or warehouse_dir()))
+    if not path.exists():
+        raise CommandError(f"no warehouse at {path}; run `grpo-warehouse build` first")
+    if args.width is not None and args.width < 20:
+        raise CommandError(f"--width must be 20 or more, not {args.width}")
+    try:
+        trajectory = find_trajectory(path, args.trajectory_id, args.run)
+        if trajectory.transcript_path is None and args.format == "json":
+            raise ShowError(f"trajectory {args.trajectory_id} has no transcript in its run's files")
+        data, record = None, None
+        if trajectory.transcript_path is not None:
+            data, record = read_record(trajectory, args.trajectory_id)
+    except (ShowError, duckdb.Error) as exc:
+        raise CommandError(str(exc).splitlines()[0]) from None
+    if args.format == "json":
+        sys.stdout.write(data.decode("utf-8", "replace") + "\n")  # the record's JSON text, as its file holds it
+    else:
+        width = args.width or min(shutil.get_terminal_size((100, 40)).columns, 120)
+        sys.stdout.write(render(trajectory, args.trajectory_id, record, width))
+    return 0
 
 
 def run_sql(args) -> int:

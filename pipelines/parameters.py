@@ -230,6 +230,12 @@ _PARAMETERS = (
         shown_default="64 MiB",
     ),
     Parameter("sample_seed", 0, "seed of the bundled sample release", low=0),
+    Parameter(
+        "transcript_text",
+        False,
+        "keep the transcripts' messages as text in the lake, for SQL search (`trajectory_transcripts.text`); it costs "
+        "disk ([metrics.md](metrics.md#transcripts))",
+    ),
 )
 
 DECLARED: dict[str, Parameter] = {parameter.name: parameter for parameter in _SETTINGS + _PARAMETERS}

@@ -18,6 +18,7 @@ from filelock import FileLock, Timeout
 from pipelines.code_versions import code_version
 from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
 from pipelines.lake.paths import RUN_TABLES, lake_files, lake_runs, table_stamps
+from pipelines.lake.transcripts import TRANSCRIPT_COLUMNS
 from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, real_location
 from pipelines.models import sql_identifier, sql_string
 from pipelines.parameters import DECLARED
@@ -41,6 +42,7 @@ LAKE_VIEWS = {
     "trajectories": TRAJECTORY_COLUMNS,
     "errors": ERROR_COLUMNS,
     "files": FILE_COLUMNS,
+    "transcripts": TRANSCRIPT_COLUMNS,
     "runs": RUN_COLUMNS,
     "release_errors": ERROR_COLUMNS,
     "release_files": FILE_COLUMNS,

@@ -31,7 +31,8 @@ from pipelines.lake.manifest import (
     stamps_record,
     write_stamps,
 )
-from pipelines.lake.parquet import read_parquet, write_atomically, write_text_atomically
+from pipelines.lake.merge import concat_frames, keep_rows, may_differ_from_a_fresh_parse, read_partition
+from pipelines.lake.parquet import write_atomically, write_text_atomically
 from pipelines.lake.paths import manifest_file, partition_file, register_run, run_lock
 from pipelines.lake.read import (
     NotAnEpochDocument,
@@ -40,6 +41,14 @@ from pipelines.lake.read import (
     failures_as_invalid_json,
     read_candidate,
     with_objects_fetched,
+)
+from pipelines.lake.transcripts import (
+    TRANSCRIPTS,
+    IndexedTranscripts,
+    index_run_transcripts,
+    kept_errors,
+    transcript_inventory,
+    transcript_sources,
 )
 from pipelines.lake_store import LakePath, lake_root, real_location
 from pipelines.release.decode import DecodeError, parse_document
@@ -52,25 +61,7 @@ from pipelines.release.flatten import (
     column_order,
     combine,
     drift_notes,
-    python_values,
-    typed_series,
 )
-
-
-def _read_partition(lake: LakePath, table: str, run_id: str) -> pl.DataFrame | None:
-    path = partition_file(lake, table, run_id)
-    return read_parquet(path) if path.exists() else None
-
-
-def _keep_rows(frame: pl.DataFrame | None, drop_paths: set[str]) -> pl.DataFrame | None:
-    if frame is None:
-        return None
-    return frame.filter(~pl.col("source_path").is_in(list(drop_paths)))
-
-
-def _concat(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
-    present = [f for f in frames if f is not None and f.width > 0]
-    return pl.concat(present, how="diagonal_relaxed") if present else pl.DataFrame()
 
 
 def ingest_run(
@@ -79,8 +70,10 @@ def ingest_run(
     max_file_bytes: int,
     only_if_unchanged: bool = False,
     quiet_seconds: int = DEFAULT_QUIET_SECONDS,
+    transcript_text: bool = False,
 ) -> RunIngestResult | None:
-    """Brings one run's lake partitions up to date with its folder, parsing only new or changed files.
+    """Brings one run's lake partitions up to date with its folder, parsing only new or changed files, and
+    indexing its new or changed transcript files (with their messages' text when transcript_text).
 
     With only_if_unchanged, returns None instead of parsing when the run has something to parse.
     """
@@ -89,10 +82,10 @@ def ingest_run(
     lake = lake_root(lake)
     with run_lock(lake, run_id):
         previous = read_manifest(lake, run_id)
-        work = compare_listing(listing, lake, max_file_bytes, previous)
+        work = compare_listing(listing, lake, max_file_bytes, previous, transcript_text)
         listing = work.listing  # with the files of a folder it could not list, kept
         if not work.pending:
-            quarantined = settle_unchanged(listing, lake, previous, quiet_seconds)
+            quarantined = settle_unchanged(listing, lake, previous, quiet_seconds, transcript_text)
             return ingest_result(run_id, False, 0, quarantined, lake, started, rows=previous.get("rows"))
         if only_if_unchanged:
             return None
@@ -100,13 +93,19 @@ def ingest_run(
         write_stamps(lake, run_id, None)
         register_run(lake, run_id)
         parsed = _parse_changes(work, lake, max_file_bytes, previous)
+        # The *.json candidates just set aside as no epoch document may be transcripts: known only now.
+        sources = transcript_sources(listing, {path: vars(o) for path, o in parsed.outcomes.items()})
+        transcripts = index_run_transcripts(run_id, lake, sources, previous, max_file_bytes, transcript_text)
         (epochs, epoch_kinds), (trajectories, trajectory_kinds) = parsed.merged["epochs"], parsed.merged["trajectories"]
         notes = drift_notes(epoch_kinds) + drift_notes(trajectory_kinds)
-        errors = _run_errors(listing, lake, parsed, notes, epochs, trajectories)
+        errors = _run_errors(listing, lake, parsed, notes, epochs, trajectories, (sources, transcripts))
         epochs, trajectories = _in_order(epochs, trajectories)
-        kinds = {"epochs": epoch_kinds, "trajectories": trajectory_kinds}
-        quarantined = _write_run(listing, lake, parsed.outcomes, epochs, trajectories, kinds, errors, quiet_seconds)
-        return ingest_result(run_id, True, parsed.n_parsed, quarantined, lake, started, epochs, trajectories)
+        kinds = {"epochs": epoch_kinds, "trajectories": trajectory_kinds, TRANSCRIPTS: transcripts.kinds}
+        tables = {"epochs": epochs, "trajectories": trajectories, TRANSCRIPTS: transcripts.frame}
+        outcomes = (parsed.outcomes, sources, transcripts.outcomes)
+        quarantined = _write_run(listing, lake, outcomes, tables, kinds, errors, quiet_seconds, transcript_text)
+        n_read = parsed.n_parsed + transcripts.n_read
+        return ingest_result(run_id, True, n_read, quarantined, lake, started, epochs, trajectories)
 
 
 @dataclass
@@ -123,7 +122,7 @@ class _Parsed:
 def _parse_changes(work: RunWork, lake: LakePath, max_file_bytes: int, previous: dict) -> _Parsed:
     """Parses a run's new and changed files and merges them with its stored rows. When a file was rewritten or
     removed, and the merged columns may not be those a first ingest would make (a key only it had, a type only it
-    brought: _may_differ_from_a_fresh_parse), the run is parsed again whole, as a first ingest."""
+    brought: may_differ_from_a_fresh_parse), the run is parsed again whole, as a first ingest."""
     listing = work.listing
     run_id = listing.run.run_id
     files: dict[str, dict] = previous.get("files", {})
@@ -147,14 +146,14 @@ def _parse_changes(work: RunWork, lake: LakePath, max_file_bytes: int, previous:
             ("epochs", new_epochs, EPOCH_COLUMNS),
             ("trajectories", new_trajectories, TRAJECTORY_COLUMNS),
         ):
-            old_frame = None if whole else _keep_rows(_read_partition(lake, table, run_id), stale)
+            old_frame = None if whole else keep_rows(read_partition(lake, table, run_id), stale)
             old = (old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {}))
             merged[table] = combine([old, (new_frame, new_kinds[table])], schema)
         if (
             whole
             or not replaced
             or not any(
-                _may_differ_from_a_fresh_parse(*merged[table], schema)
+                may_differ_from_a_fresh_parse(*merged[table], schema)
                 for table, schema in (("epochs", EPOCH_COLUMNS), ("trajectories", TRAJECTORY_COLUMNS))
             )
         ):
@@ -224,18 +223,24 @@ def _run_errors(
     notes: list[str],
     epochs: pl.DataFrame,
     trajectories: pl.DataFrame,
+    transcripts: tuple[dict[str, EpochFile], IndexedTranscripts],
 ) -> pl.DataFrame:
-    """The run's errors partition: the stored rows of files not parsed again, the parsed files' rows, and the
-    inventory problems, type-drift notes and length mismatches, which are recomputed on every change."""
+    """The run's errors partition: the stored rows of files not parsed (or indexed) again, the parsed and indexed
+    files' rows, and the inventory problems, type-drift notes and length mismatches, which are recomputed on every
+    change."""
     run_id = listing.run.run_id
-    current = {f.source_path: f for f in listing.epoch_files}
-    parse_errors = _keep_rows(_read_partition(lake, "errors", run_id), parsed.stale)
+    sources, indexed = transcripts
+    current = {f.source_path: f for f in listing.epoch_files if f.source_path not in sources}
+    stored = read_partition(lake, "errors", run_id)
+    parse_errors = keep_rows(stored, parsed.stale)
     if parse_errors is not None:
         parse_errors = parse_errors.filter(pl.col("source_path").is_in(list(current)))
-    errors = _concat(
+    errors = concat_frames(
         [
             parse_errors,
             pl.DataFrame(parsed.new_errors, schema=ERROR_COLUMNS),
+            kept_errors(stored, sources, indexed.stale),
+            pl.DataFrame(indexed.new_errors, schema=ERROR_COLUMNS),
             inventory_errors(run_id, listing.skipped),
             missing_document_errors(run_id, current, {path: vars(o) for path, o in parsed.outcomes.items()}),
         ]
@@ -245,7 +250,7 @@ def _run_errors(
         error_row(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
         for note in notes
     ]
-    return _concat(
+    return concat_frames(
         [errors, pl.DataFrame(drift + length_mismatches(run_id, epochs, trajectories), schema=ERROR_COLUMNS)]
     )
 
@@ -253,17 +258,19 @@ def _run_errors(
 def _write_run(
     listing: RunListing,
     lake: LakePath,
-    outcomes: dict[str, FileOutcome],
-    epochs: pl.DataFrame,
-    trajectories: pl.DataFrame,
+    outcomes: tuple[dict[str, FileOutcome], dict[str, EpochFile], dict[str, dict]],
+    tables: dict[str, pl.DataFrame],
     kinds: dict[str, ColumnKinds],
     errors: pl.DataFrame,
     quiet_seconds: int,
+    transcript_text: bool,
 ) -> int:
-    """Writes a run's partitions, then its manifest, then its stamps; returns its count of quarantined files."""
+    """Writes a run's partitions, then its manifest, then its stamps; returns its count of quarantined files.
+    outcomes: what became of its epoch files, the files that may hold transcripts, and what became of those."""
     run_id = listing.run.run_id
+    epoch_outcomes, sources, transcript_outcomes = outcomes
     current = {f.source_path: f for f in listing.epoch_files}
-    for table, frame in (("epochs", epochs), ("trajectories", trajectories)):
+    for table, frame in tables.items():
         if frame.height:
             write_atomically(frame, partition_file(lake, table, run_id))
         else:
@@ -271,46 +278,39 @@ def _write_run(
     write_atomically(
         errors if errors.width else pl.DataFrame(schema=ERROR_COLUMNS), partition_file(lake, "errors", run_id)
     )
-    write_atomically(run_inventory(run_id, current, outcomes, listing.skipped), partition_file(lake, "files", run_id))
+    inventory = run_inventory(run_id, current, epoch_outcomes, listing.skipped)
+    # A candidate set aside as no epoch document that holds transcripts is listed as what it is.
+    transcript_rows = {p for p in sources if p not in current or transcript_outcomes[p]["status"] != "skipped"}
+    inventory = pl.concat(
+        [
+            inventory.filter(~pl.col("source_path").is_in(list(transcript_rows))),
+            transcript_inventory(run_id, {p: sources[p] for p in transcript_rows}, transcript_outcomes),
+        ]
+    )
+    write_atomically(inventory, partition_file(lake, "files", run_id))
     # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
-    quarantined = sum(o.status == "quarantined" for o in outcomes.values())
-    unsettled = quarantined + len(folders_without_document(current, {p: vars(o) for p, o in outcomes.items()}))
+    statuses = [*(o.status for o in epoch_outcomes.values()), *(o["status"] for o in transcript_outcomes.values())]
+    quarantined = statuses.count("quarantined")
+    unsettled = quarantined + len(folders_without_document(current, {p: vars(o) for p, o in epoch_outcomes.items()}))
     manifest = {
         "code_version": lake_version(),
         "run_id": run_id,
         "release": listing.run.release,
         # Which folder of that name it came from: another folder of the same name is not where its runs went.
         "release_root": real_location(listing.run.release_root),
-        "files": {path: vars(o) for path, o in sorted(outcomes.items())},
+        "files": {path: vars(o) for path, o in sorted(epoch_outcomes.items())},
         "skipped": [dict(vars(s)) for s in sorted(listing.skipped, key=source_path_of)],
-        "json_columns": kinds,
+        "json_columns": {table: kinds[table] for table in ("epochs", "trajectories")},
+        "transcripts": transcript_outcomes,
+        "transcript_columns": kinds[TRANSCRIPTS],
+        "transcript_text": transcript_text,
         # Row counts, so that a build with nothing to do opens no Parquet file at all.
-        "rows": {"epochs": epochs.height, "trajectories": trajectories.height},
+        "rows": {table: frame.height for table, frame in tables.items()},
     }
     # orjson: the manifest lists every file of the run; the stdlib's indenting encoder is pure Python.
     write_text_atomically(orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode(), manifest_file(lake, run_id))
-    write_stamps(lake, run_id, stamps_record(listing, unsettled, manifest["rows"], quiet_seconds))
+    write_stamps(lake, run_id, stamps_record(listing, unsettled, manifest["rows"], quiet_seconds, transcript_text))
     return quarantined
-
-
-def _may_differ_from_a_fresh_parse(frame: pl.DataFrame, kinds: ColumnKinds, schema: dict) -> bool:
-    """Whether a run's merged rows, after a file was rewritten or removed, may have other columns than a first
-    ingest of its files would give: an extra column left without a value (the key may be gone with that file), a
-    Float64 one left with whole numbers only (integers beside a float that only file had), or one kept as JSON
-    text whose values are no longer of the types recorded. Then the run is parsed again whole."""
-    for name in frame.columns:
-        if name in schema:
-            continue
-        column = frame[name]
-        values = column.drop_nulls()
-        if not values.len():
-            return True
-        if name in kinds:  # what a first ingest would make of the values left
-            if typed_series(name, python_values(values, kinds[name]))[1] != kinds[name]:
-                return True
-        elif column.dtype == pl.Float64 and (values.is_finite() & (values == values.floor())).all():
-            return True
-    return False
 
 
 def _in_order(epochs: pl.DataFrame, trajectories: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import orjson
@@ -15,6 +15,7 @@ from pipelines.lake.inventory import folders_without_document, source_path_of
 from pipelines.lake.parquet import count_rows, write_text_atomically
 from pipelines.lake.paths import manifest_file, partition_file, stamps_file
 from pipelines.lake.read import OVER_THE_LIMIT
+from pipelines.lake.transcripts import transcript_sources, transcripts_to_index
 from pipelines.lake.unlisted import with_unlisted_kept
 from pipelines.lake_store import LakePath, exists, lake_root
 from pipelines.parameters import DECLARED
@@ -79,7 +80,9 @@ def _partitions_present(lake: LakePath, run_id: str) -> bool:
     return all(exists(partition_file(lake, table, run_id)) for table in ("errors", "files"))
 
 
-def stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_seconds: int) -> dict | None:
+def stamps_record(
+    listing: RunListing, quarantined: int, rows: dict, quiet_seconds: int, transcript_text: bool = False
+) -> dict | None:
     """What a later build needs to settle the run without listing it, or None when it must list it.
 
     Only a quiet run qualifies, whose folders were all stamped (no links), and with nothing to look at again: a
@@ -93,6 +96,7 @@ def stamps_record(listing: RunListing, quarantined: int, rows: dict, quiet_secon
     return {
         "code_version": lake_version(),
         "release": listing.run.release,
+        "transcript_text": transcript_text,  # a build that wants the other setting lists the run
         "rows": rows,
         "listed_at_ns": listing.listed_at_ns,
         "changed_at_ns": listing.changed_at_ns,
@@ -118,14 +122,14 @@ def write_stamps(lake: LakePath, run_id: str, record: dict | None) -> None:
         write_text_atomically(orjson.dumps(record).decode(), stamps_file(lake, run_id))
 
 
-def unchanged_by_stamps(run: RunFolder, lake: LakePath) -> RunIngestResult | None:
+def unchanged_by_stamps(run: RunFolder, lake: LakePath, transcript_text: bool = False) -> RunIngestResult | None:
     """The result of a run settled without listing it, from its folder stamps; None when it must be listed: it
     was not quiet when last listed, or a folder of it has changed since (a file added, removed or renamed; the
     folder replaced). A file rewritten in place, which changes no folder, is found by a full scan."""
     started = time.perf_counter()
     lake = lake_root(lake)
     record = _read_stamps(lake, run.run_id)
-    if record is None or record.get("release") != run.release:
+    if record is None or record.get("release") != run.release or record.get("transcript_text") != transcript_text:
         return None
     if not folders_unchanged(run.release_root, record["folders"]):
         return None
@@ -143,14 +147,22 @@ class RunWork:
     removed: list[str]  # source paths the manifest holds that the folder no longer has
     inventory_changed: bool  # the non-epoch entries differ from the manifest's, or a partition is missing
     in_lake: bool = True  # the lake has a manifest of the run (False: everything of it is new)
+    # The files that may hold transcripts to index (new, changed, or worth another look), and those gone.
+    transcripts_changed: list[EpochFile] = field(default_factory=list)
+    transcripts_removed: list[str] = field(default_factory=list)
 
     @property
     def pending(self) -> bool:
-        return bool(self.changed or self.removed or self.inventory_changed)
+        transcripts = self.transcripts_changed or self.transcripts_removed
+        return bool(self.changed or self.removed or self.inventory_changed or transcripts)
 
 
-def compare_listing(listing: RunListing, lake: LakePath, max_file_bytes: int, previous: dict) -> RunWork:
-    """A run's listing against its manifest (previous, as read_manifest returns it); stats only, parses nothing."""
+def compare_listing(
+    listing: RunListing, lake: LakePath, max_file_bytes: int, previous: dict, transcript_text: bool = False
+) -> RunWork:
+    """A run's listing against its manifest (previous, as read_manifest returns it); stats only, parses nothing.
+    transcript_text: whether the lake is to keep the transcripts' text (indexed files are indexed again when the
+    manifest says otherwise)."""
     listing = with_unlisted_kept(listing, previous)
     # The manifest's entries are compared as they were read: a no-change build does this for every file of every
     # run, and builds no object per file.
@@ -168,22 +180,31 @@ def compare_listing(listing: RunListing, lake: LakePath, max_file_bytes: int, pr
     removed = sorted(files.keys() - {f.source_path for f in listing.epoch_files})
     skipped = [vars(s) for s in sorted(listing.skipped, key=source_path_of)]
     inventory_changed = previous.get("skipped") != skipped or not _partitions_present(lake, listing.run.run_id)
-    return RunWork(listing, changed, removed, inventory_changed, in_lake=bool(previous))
+    sources = transcript_sources(listing, files)
+    transcripts = transcripts_to_index(sources, previous, max_file_bytes, transcript_text)
+    return RunWork(listing, changed, removed, inventory_changed, bool(previous), *transcripts)
 
 
-def settle_unchanged(listing: RunListing, lake: LakePath, previous: dict, quiet_seconds: int) -> int:
+# What a stamps record settles a run by: its folders' stamps, and whether the lake keeps the transcripts' text.
+_SETTLED_BY = ("folders", "transcript_text")
+
+
+def settle_unchanged(
+    listing: RunListing, lake: LakePath, previous: dict, quiet_seconds: int, transcript_text: bool = False
+) -> int:
     """Records the stamps of a run found unchanged if it became quiet (or removes them if it became busy); returns
     its count of quarantined files. Called holding the run's lock."""
     run_id = listing.run.run_id
     files: dict[str, dict] = previous.get("files", {})
-    quarantined = sum(o["status"] == "quarantined" for o in files.values())
+    outcomes = [*files.values(), *previous.get("transcripts", {}).values()]
+    quarantined = sum(o["status"] == "quarantined" for o in outcomes)
     # A folder of set-aside candidates, like a quarantined file, may be fixed in place.
     current = {f.source_path: f for f in listing.epoch_files}
     unsettled = quarantined + len(folders_without_document(current, files))
-    record = stamps_record(listing, unsettled, previous.get("rows"), quiet_seconds)
+    record = stamps_record(listing, unsettled, previous.get("rows"), quiet_seconds, transcript_text)
     old = _read_stamps(lake, run_id)
-    if (old is None) != (record is None) or record and old["folders"] != record["folders"]:
-        write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder changed
+    if (old is None) != (record is None) or record and any(old.get(k) != record[k] for k in _SETTLED_BY):
+        write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder or the setting changed
     return quarantined
 
 

@@ -20,7 +20,7 @@ from pipelines.lake_store import (
     write_bytes_atomically,
 )
 
-RUN_TABLES = ("epochs", "trajectories", "errors", "files")
+RUN_TABLES = ("epochs", "trajectories", "errors", "files", "transcripts")
 
 _NOT_IN_KEY = re.compile(r"[^a-z0-9_]+")
 RUN_IDS = "run_ids"  # lake/run_ids/<key>: the exact run id of the files named <key>

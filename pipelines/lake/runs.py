@@ -24,9 +24,13 @@ from pipelines.release.discover import RunFolder, RunListing, list_run
 
 
 def ingest_run_folder(
-    run: RunFolder, lake: LakePath, max_file_bytes: int, quiet_seconds: int = DEFAULT_QUIET_SECONDS
+    run: RunFolder,
+    lake: LakePath,
+    max_file_bytes: int,
+    quiet_seconds: int = DEFAULT_QUIET_SECONDS,
+    transcript_text: bool = False,
 ) -> RunIngestResult:
-    return ingest_run(list_run(run), lake, max_file_bytes, quiet_seconds=quiet_seconds)
+    return ingest_run(list_run(run), lake, max_file_bytes, quiet_seconds=quiet_seconds, transcript_text=transcript_text)
 
 
 # A run to ingest: (ingest_run, its listing), or (ingest_run_folder, the run) for a run new to the lake.
@@ -34,7 +38,13 @@ _Job = tuple[Callable[..., RunIngestResult], RunListing | RunFolder]
 
 
 def _settle_or_job(
-    run: RunFolder, lake: LakePath, max_file_bytes: int, workers: int, full_scan: bool, quiet_seconds: int
+    run: RunFolder,
+    lake: LakePath,
+    max_file_bytes: int,
+    workers: int,
+    full_scan: bool,
+    quiet_seconds: int,
+    transcript_text: bool,
 ) -> RunIngestResult | _Job:
     """A run's result when this process can settle it, else its job for the pool.
 
@@ -44,14 +54,14 @@ def _settle_or_job(
     (unchanged_by_stamps), unless full_scan. A run new to the lake is listed by the worker that ingests it, so
     that this process does not list a whole new release while the workers wait. With one worker, every run is
     ingested here."""
-    if not full_scan and (result := unchanged_by_stamps(run, lake)) is not None:
+    if not full_scan and (result := unchanged_by_stamps(run, lake, transcript_text)) is not None:
         return result
     if workers > 1 and not manifest_file(lake, run.run_id).exists():
         return (ingest_run_folder, run)
     listing = list_run(run)
     if workers <= 1:
-        return ingest_run(listing, lake, max_file_bytes, quiet_seconds=quiet_seconds)
-    if (result := ingest_run(listing, lake, max_file_bytes, True, quiet_seconds)) is not None:
+        return ingest_run(listing, lake, max_file_bytes, quiet_seconds=quiet_seconds, transcript_text=transcript_text)
+    if (result := ingest_run(listing, lake, max_file_bytes, True, quiet_seconds, transcript_text)) is not None:
         return result
     return (ingest_run, listing)
 
@@ -64,6 +74,7 @@ def ingest_runs(
     progress: Callable[[RunIngestResult, int, int], None] | None = None,
     full_scan: bool = False,
     quiet_seconds: int = DEFAULT_QUIET_SECONDS,
+    transcript_text: bool = False,
 ) -> list[RunIngestResult]:
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
@@ -79,6 +90,7 @@ def ingest_runs(
         if progress:
             progress(result, len(results), len(runs))
 
+    settings = {"quiet_seconds": quiet_seconds, "transcript_text": transcript_text}
     waiting: _Job | None = None  # the first run to parse, held until a second shows that a pool pays
     pool: ProcessPoolExecutor | None = None
     futures: set = set()
@@ -91,11 +103,11 @@ def ingest_runs(
             for future in finished:
                 futures.remove(future)
                 done(future.result())
-        futures.add(pool.submit(job[0], job[1], lake, max_file_bytes, quiet_seconds=quiet_seconds))
+        futures.add(pool.submit(job[0], job[1], lake, max_file_bytes, **settings))
 
     try:
         for run in runs:
-            job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, quiet_seconds)
+            job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, quiet_seconds, transcript_text)
             if isinstance(job, RunIngestResult):
                 done(job)
                 continue
@@ -109,7 +121,7 @@ def ingest_runs(
                 waiting = None
             submit(job)
         if waiting is not None:
-            done(waiting[0](waiting[1], lake, max_file_bytes, quiet_seconds=quiet_seconds))
+            done(waiting[0](waiting[1], lake, max_file_bytes, **settings))
         for future in as_completed(futures):
             done(future.result())
     finally:
@@ -139,6 +151,7 @@ def select_runs(
     full_scan: bool = False,
     must_list: Collection[str] = (),
     quiet_seconds: int = DEFAULT_QUIET_SECONDS,
+    transcript_text: bool = False,
 ) -> RunSelection:
     """Compares every run folder with the lake's manifests: the one decision of which run partitions have work,
     for a build and for the release sensor alike. Parses nothing. A run unchanged_by_stamps settles is not listed,
@@ -147,14 +160,18 @@ def select_runs(
     work: dict[str, RunWork] = {}
     quiet: list[str] = []
     for run in runs:
-        if not full_scan and run.run_id not in must_list and unchanged_by_stamps(run, lake) is not None:
+        if (
+            not full_scan
+            and run.run_id not in must_list
+            and unchanged_by_stamps(run, lake, transcript_text) is not None
+        ):
             quiet.append(run.run_id)
             continue
         listing = list_run(run)
         with run_lock(lake, run.run_id):
             previous = read_manifest(lake, run.run_id)
-            work[run.run_id] = compare_listing(listing, lake, max_file_bytes, previous)
+            work[run.run_id] = compare_listing(listing, lake, max_file_bytes, previous, transcript_text)
             if not work[run.run_id].pending:
-                settle_unchanged(listing, lake, previous, quiet_seconds)
+                settle_unchanged(listing, lake, previous, quiet_seconds, transcript_text)
     present = set(work) | set(quiet)
     return RunSelection(work, sorted(quiet), gone_runs(lake, present))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from pipelines.release.discover import EpochFile, RunListing, SkippedEntry
+from pipelines.release.discover import TRANSCRIPT_LAYOUT, EpochFile, RunListing, SkippedEntry
 
 # How discover.list_run begins the reason of a run or epoch folder it could not list.
 UNLISTED = "cannot list "
@@ -17,10 +17,13 @@ def with_unlisted_kept(listing: RunListing, previous: dict) -> RunListing:
     readable again is listed as any other."""
     unlisted = [s for s in listing.skipped if s.error_kind == "unreadable" and s.reason.startswith(UNLISTED)]
     files: dict[str, dict] = previous.get("files", {})
-    if not unlisted or not files:
+    # The transcript files indexed from it (a *.json candidate that holds transcripts is among the files already).
+    transcripts = {path: o for path, o in previous.get("transcripts", {}).items() if path not in files}
+    if not unlisted or not (files or transcripts):
         return listing
-    seen = {f.source_path for f in listing.epoch_files}
+    seen = {f.source_path for f in listing.epoch_files} | {f.source_path for f in listing.transcript_files}
     kept: list[EpochFile] = []
+    kept_transcripts: list[EpochFile] = []
     skipped: list[SkippedEntry] = []
     for entry in listing.skipped:
         if entry not in unlisted:
@@ -28,9 +31,23 @@ def with_unlisted_kept(listing: RunListing, previous: dict) -> RunListing:
             continue
         under = [path for path in sorted(files) if path.startswith(entry.source_path + "/") and path not in seen]
         kept += [_as_listed(listing, path, files[path]) for path in under]
+        under_t = [p for p in sorted(transcripts) if p.startswith(entry.source_path + "/") and p not in seen]
+        kept_transcripts += [_as_listed(listing, p, transcripts[p] | _TRANSCRIPT) for p in under_t]
         reason = f"{entry.reason}; the {len(under)} epoch file(s) taken from it before are kept as they were"
-        skipped.append(dataclasses.replace(entry, reason=reason) if under else entry)
-    return dataclasses.replace(listing, epoch_files=listing.epoch_files + kept, skipped=skipped, folders=None)
+        if under_t:
+            reason += f", and the {len(under_t)} transcript file(s) indexed from it"
+        skipped.append(dataclasses.replace(entry, reason=reason) if under or under_t else entry)
+    return dataclasses.replace(
+        listing,
+        epoch_files=listing.epoch_files + kept,
+        skipped=skipped,
+        folders=None,
+        transcript_files=listing.transcript_files + kept_transcripts,
+    )
+
+
+# A transcript file as the listing names it (its manifest outcome records neither).
+_TRANSCRIPT = {"epoch_in_name": None, "layout": TRANSCRIPT_LAYOUT}
 
 
 def _as_listed(listing: RunListing, source_path: str, outcome: dict) -> EpochFile:

@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
-import polars as pl
-
-from pipelines.release.flatten import ColumnKinds, extra_column_name, typed_series
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 # A transcript's messages each have a role: a file that never spells the key (a config, a log) is not one, which a
@@ -361,9 +358,9 @@ def messages_text(messages: list) -> str:
     return "\n".join(lines)
 
 
-def scalar_fields(record: dict, skip: set) -> dict[str, object]:
+def scalar_fields(record: dict, skip: set, max_chars: int | None = FIELD_CHARS) -> dict[str, object]:
     """The record's scalar values by dotted name (`metadata.judge.scores.realism`), its objects followed up to
-    FIELD_DEPTH deep and lists left out; a string over FIELD_CHARS gives its length, as `<name>_chars`."""
+    FIELD_DEPTH deep and lists left out; a string over max_chars gives its length, as `<name>_chars`."""
     fields: dict[str, object] = {}
     pending = [("", record, 1)]
     while pending and len(fields) < MAX_FIELDS:
@@ -377,7 +374,7 @@ def scalar_fields(record: dict, skip: set) -> dict[str, object]:
                 if depth < FIELD_DEPTH:
                     nested.append((f"{name}.", value, depth + 1))
             elif isinstance(value, str):
-                if len(value) > FIELD_CHARS:
+                if max_chars is not None and len(value) > max_chars:
                     fields[f"{name}_chars"] = len(value)
                 else:
                     fields[name] = value
@@ -385,59 +382,3 @@ def scalar_fields(record: dict, skip: set) -> dict[str, object]:
                 fields[name] = value
         pending += reversed(nested)  # depth first, in the record's order
     return fields
-
-
-TRANSCRIPT_COLUMNS = {
-    "run_id": pl.String,
-    "source_path": pl.String,
-    "trajectory_id": pl.String,
-    "id_source": pl.String,
-    "format": pl.String,
-    "line": pl.Int64,
-    "byte_offset": pl.Int64,
-    "byte_length": pl.Int64,
-    "n_messages": pl.Int64,
-    "n_turns": pl.Int64,
-    "n_tool_calls": pl.Int64,
-    "content_chars": pl.Int64,
-    "messages_by_role": pl.List(pl.Struct({"role": pl.String, "messages": pl.Int64})),
-    "text": pl.String,
-}
-
-
-def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) -> tuple[pl.DataFrame, ColumnKinds]:
-    """The rows of a run's indexed transcript files, one per record, its scalar fields as typed columns after the
-    table's own (flatten.typed_series: a field whose type changes between records is kept as JSON text), and which
-    of those are JSON text."""
-    rows = [(path, index.format, record) for path, index in indexed for record in index.records]
-    records = [record for _, _, record in rows]
-    columns = {
-        "run_id": [run_id] * len(rows),
-        "source_path": [path for path, _, _ in rows],
-        "trajectory_id": [r.trajectory_id for r in records],
-        "id_source": [r.id_source for r in records],
-        "format": [file_format for _, file_format, _ in rows],
-        "line": [r.line for r in records],
-        "byte_offset": [r.byte_offset for r in records],
-        "byte_length": [r.byte_length for r in records],
-        "n_messages": [r.n_messages for r in records],
-        "n_turns": [r.n_turns for r in records],
-        "n_tool_calls": [r.n_tool_calls for r in records],
-        "content_chars": [r.content_chars for r in records],
-        "messages_by_role": [[{"role": k, "messages": n} for k, n in r.messages_by_role.items()] for r in records],
-        "text": [r.text for r in records],
-    }
-    frame = pl.DataFrame(columns, schema=TRANSCRIPT_COLUMNS)
-    names = sorted({extra_column_name(name, TRANSCRIPT_COLUMNS) for r in records for name in r.fields})
-    by_column: dict[str, list] = {name: [None] * len(records) for name in names}
-    for position, record in enumerate(records):
-        for name, value in record.fields.items():
-            by_column[extra_column_name(name, TRANSCRIPT_COLUMNS)][position] = value
-    kinds: ColumnKinds = {}
-    extras = []
-    for name in names:
-        series, types = typed_series(name, by_column[name])
-        extras.append(series)
-        if types is not None:
-            kinds[name] = types
-    return frame.with_columns(extras) if extras else frame, kinds

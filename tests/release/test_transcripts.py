@@ -9,13 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.release.transcripts import (
-    FIELD_CHARS,
-    MAX_FIELDS,
-    array_element_spans,
-    index_transcripts,
-    transcript_frame,
-)
+from pipelines.lake.transcripts import transcript_frame
+from pipelines.release.transcripts import FIELD_CHARS, MAX_FIELDS, array_element_spans, index_transcripts
 
 # A hand-made audit: the counts below are read off it.
 AUDIT = {

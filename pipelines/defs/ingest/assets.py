@@ -28,6 +28,7 @@ RUN_TABLES = {
     "trajectories": "One row per trajectory of a loaded epoch document, per-trajectory extras as columns.",
     "errors": "Problems found in a run's files: quarantined documents and warnings.",
     "files": "Inventory of every file in a run folder: loaded, quarantined or skipped, with the reason.",
+    "transcripts": "One row per transcript record of a run: its trajectory id, file and place, and what it holds.",
 }
 RELEASE_TABLES = {
     "runs": "The run folders found in the releases, with their registry attributes.",
@@ -181,6 +182,7 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         progress,
         full_scan=True,
         quiet_seconds=warehouse.quiet_seconds,
+        transcript_text=warehouse.transcript_text,
     )
     unchanged = [r for r in results if not r.changed]
     if unchanged:

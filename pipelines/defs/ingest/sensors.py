@@ -102,6 +102,7 @@ def scan_releases(
     remove_releases: Collection[str] = (),
     max_file_bytes: int = WarehouseConfig.model_fields["max_file_bytes"].default,
     quiet_seconds: int = WarehouseConfig.model_fields["quiet_seconds"].default,
+    transcript_text: bool = False,
 ) -> ReleaseChanges:
     """Compares the releases' run folders and file stats with what the lake holds; stats files, parses nothing.
 
@@ -118,16 +119,23 @@ def scan_releases(
     changes = ReleaseChanges(
         sorted(run_id for key, run_id in by_key.items() if key not in known), [], {}, {}, {}, problems=problems
     )
-    selection = select_runs(runs.values(), lake, max_file_bytes, must_list=unsettled, quiet_seconds=quiet_seconds)
+    selection = select_runs(
+        runs.values(),
+        lake,
+        max_file_bytes,
+        must_list=unsettled,
+        quiet_seconds=quiet_seconds,
+        transcript_text=transcript_text,
+    )
     changes.quiet_runs = len(selection.quiet)
     for run_id, work in sorted(selection.work.items()):
-        changed = {f.source_path: (f.size, f.mtime_ns) for f in work.changed}
+        changed = {f.source_path: (f.size, f.mtime_ns) for f in [*work.changed, *work.transcripts_changed]}
         young = {path: stat for path, stat in changed.items() if now_ns - stat[1] < settle_ns}
         if young and unsettled.get(run_id) != _digest(sorted(young.items())):
             changes.unsettled[run_id] = _digest(sorted(young.items()))
             changes.waiting[run_id] = sorted(young)
             changed = {path: stat for path, stat in changed.items() if path not in young}
-        removed = dict.fromkeys(work.removed)
+        removed = dict.fromkeys([*work.removed, *work.transcripts_removed])
         # A run new to the lake is ingested once its files settle: its inventory comes with them.
         if changed or removed or work.inventory_changed and work.in_lake:
             changes.runs_to_ingest[run_id] = dict(sorted({**changed, **removed}.items()))
@@ -257,6 +265,7 @@ def evaluate_release_sensor(context: dg.SensorEvaluationContext, warehouse: Ware
         remove_releases=warehouse.remove_releases,
         max_file_bytes=warehouse.max_file_bytes,
         quiet_seconds=warehouse.quiet_seconds,
+        transcript_text=warehouse.transcript_text,
     )
     requests, partition_requests = release_sensor_result(changes, tick, known, ingesting_partitions(context.instance))
     for run_id, files in changes.runs_to_ingest.items():

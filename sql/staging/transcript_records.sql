@@ -1,0 +1,28 @@
+-- One row per transcript record found in a run's files (lake.transcripts), with how many records of the run carry
+-- its trajectory id, its rank among them (by path, then position) and whether that id is a trajectory of its run.
+with records as (
+    select * from lake.transcripts
+),
+
+trajectory_ids as (
+    select distinct
+        run_id,
+        trajectory_id
+    from fact_trajectories
+),
+
+final as (
+    select
+        records.*,
+        row_number() over (
+            partition by records.run_id, records.trajectory_id order by records.source_path, records.byte_offset
+        ) as copy_rank,
+        count(*) over (partition by records.run_id, records.trajectory_id) as n_copies,
+        trajectory_ids.trajectory_id is not null as linked
+    from records
+    left join trajectory_ids
+        on records.run_id = trajectory_ids.run_id
+        and records.trajectory_id = trajectory_ids.trajectory_id
+)
+
+select * from final
