@@ -139,6 +139,7 @@ def _baselines(
     one-process ingest."""
     figures.run("decode_lower_bound", "decode", releases=releases, workers=workers)
     figures.run("json_decode", "json", releases=releases)
+    figures.run("transcripts", "transcripts", releases=releases)
     duckdb = work / "duckdb"
     figures.run("duckdb", "duckdb", before=fresh(duckdb), releases=releases, out=str(duckdb), workers=workers)
     shutil.rmtree(duckdb, ignore_errors=True)

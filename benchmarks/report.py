@@ -80,6 +80,13 @@ def _ingest_rows(summary: dict) -> list[tuple[str, str, str]]:
     if "json_decode" in s:
         note = f"{summary['json_vs_decode']:.2f}x = this / lower bound"
         rows.append(("json.loads read-and-decode, 1 process", "json_decode", note))
+    if "transcripts" in summary:
+        t = summary["transcripts"]
+        note = (
+            f"{t['files']:,} files, {t['bytes'] / 1e6:,.0f} MB, {t['records']:,} records; cpu: read and parse "
+            f"{t['read_cpu']:.2f} s, index {t['index_cpu']:.2f} s = {t['index_vs_read']:.2f}x"
+        )
+        rows.append(("transcripts: read, then index", "transcripts", note))
     rows.append(("ingest, full", "ingest_full", ""))
     if "ingest_1_worker" in s:
         rows.append(

@@ -114,6 +114,41 @@ def step_ingest(releases: list[str], lake: str, workers: int) -> dict:
     }
 
 
+def step_transcripts(releases: list[str]) -> dict:
+    """Transcript indexing against one read of the transcripts: the CPU time of reading every transcript file and
+    parsing each of its records with orjson (a line of JSON Lines, a whole .json), then of reading them again and
+    indexing them as the ingest does (index_transcripts, and each run's rows made into a frame), in one process."""
+    import orjson
+
+    from pipelines.lake.transcripts import transcript_frame
+    from pipelines.release.discover import list_run
+    from pipelines.release.transcripts import JSON_LINES_SUFFIXES, index_transcripts
+
+    started = time.perf_counter()
+    runs, _ = run_folders(releases)
+    files = {run.run_id: [f.path for f in list_run(run).transcript_files] for run in runs}
+    read_started, size, records = time.process_time(), 0, 0
+    for paths in files.values():
+        for path in paths:
+            data = path.read_bytes()
+            size += len(data)
+            parts = data.splitlines() if path.name.endswith(JSON_LINES_SUFFIXES) else [data]
+            records += sum(1 for part in parts if part.strip() and orjson.loads(part) is not None)
+    index_started = time.process_time()
+    for run_id, paths in files.items():
+        indexed = [(path.name, index_transcripts(path.read_bytes(), path.name)) for path in paths]
+        transcript_frame(run_id, indexed)
+    done = time.process_time()
+    return {
+        "seconds": time.perf_counter() - started,
+        "files": sum(map(len, files.values())),
+        "bytes": size,
+        "records": records,
+        "read_cpu": index_started - read_started,
+        "index_cpu": done - index_started,
+    }
+
+
 def step_duckdb(releases: list[str], out: str, workers: int) -> dict:
     """Plain DuckDB: one read_json over the same files, lists unnested, streamed by COPY ... TO parquet.
 
@@ -338,6 +373,7 @@ def step_sensor(releases: list[str], lake: str) -> dict:
 STEPS = {
     "decode": step_decode,
     "json": step_json,
+    "transcripts": step_transcripts,
     "figures": step_figures,
     "statistics": step_statistics,
     "ingest": step_ingest,

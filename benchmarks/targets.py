@@ -20,6 +20,7 @@ TARGET_BUILD_VS_INGEST = 3.0  # fresh whole build within 3x of the ingest alone,
 TARGET_INGEST_IN_BUILD = 1.25  # the build's ingest steps within 1.25x of the ingest alone, at 10x and 100x
 TARGET_STATISTICS_SHARE = 0.10  # the interval statistics' share of a fresh whole build's CPU
 TARGET_QUERY_SECONDS = 0.3  # `grpo-warehouse sql "select 1"`, process wall, start-up included
+TARGET_TRANSCRIPTS_VS_READ = 2.0  # indexing the transcripts within 2x of reading and parsing them, CPU, at 10x
 
 
 def _median(raw: dict, name: str, key: str = "seconds") -> float | None:
@@ -74,6 +75,11 @@ def summarize(raw: dict) -> dict:
         summary["parallel_speedup"] = s["ingest_1_worker"] / s["ingest_full"]
     if "json_decode" in s:
         summary["json_vs_decode"] = s["json_decode"] / s["decode_lower_bound"]
+    if "transcripts" in raw:
+        read, index = (median(r["result"][key] for r in raw["transcripts"]) for key in ("read_cpu", "index_cpu"))
+        transcripts = first["transcripts"]
+        summary["transcripts"] = {key: transcripts[key] for key in ("files", "bytes", "records")}
+        summary["transcripts"] |= {"read_cpu": read, "index_cpu": index, "index_vs_read": index / max(read, 1e-9)}
     for name in ("build_full", "build_no_change", "build_one_file") if "build_full" in raw else ():
         steps = raw[name][0]["result"]["steps"]
         ingest, rest = _model_seconds(steps)
@@ -173,6 +179,9 @@ def ingest_targets(label: str, scale: int | None, summary: dict, add) -> None:
         add(label, "one new epoch file / full ingest", 100 * share, bar, share < TARGET_ONE_FILE_SHARE, "%")
     parsed = summary["no_change_files_parsed"]
     add(label, "no-change rebuild parses nothing", parsed, "0", parsed == 0, "files")
+    if "transcripts" in summary and (scale is None or scale >= 10):
+        ratio, bar = summary["transcripts"]["index_vs_read"], TARGET_TRANSCRIPTS_VS_READ
+        add(label, "transcript indexing / reading and parsing them, CPU", ratio, f"<= {bar}", ratio <= bar, "x")
 
 
 def growth_targets(results: dict[str, dict], add) -> None:

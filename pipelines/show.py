@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,17 +10,16 @@ from pathlib import Path
 import duckdb
 import orjson
 
-from pipelines.release.discover import resolve_inside
 from pipelines.release.transcripts import (
     FILE_NAME_ID,
     content_text,
     find_messages,
     loads,
     message_tool_calls,
+    read_span,
     record_id,
     scalar_fields,
 )
-from pipelines.settings import OBJECT_SCHEME
 
 # Characters a terminal would act on rather than show (control characters, bidirectional overrides): written as
 # escapes, so that a transcript's content is shown as written and never drives the terminal.
@@ -97,7 +94,7 @@ def read_record(trajectory: Trajectory, trajectory_id: str) -> tuple[bytes, dict
     gone or changed since the warehouse indexed it."""
     root, path = trajectory.release_root, trajectory.transcript_path
     try:
-        data = _read_span(root, path, trajectory.byte_offset, trajectory.byte_length)
+        data = read_span(root, path, trajectory.byte_offset, trajectory.byte_length)
         record = loads(data)
     except (OSError, ValueError) as exc:
         raise ShowError(f"cannot read the transcript in {shown(path)}: {shown(str(exc))}; build again") from None
@@ -106,23 +103,6 @@ def read_record(trajectory: Trajectory, trajectory_id: str) -> tuple[bytes, dict
     if not named and (found is None or found[0] != trajectory_id):
         raise ShowError(f"{shown(path)} has changed since the warehouse was built: build again")
     return data, record
-
-
-def _read_span(release_root: str, source_path: str, offset: int, length: int) -> bytes:
-    """length bytes at offset of a file of a release, opened only inside the release, as a regular file."""
-    if release_root.startswith(OBJECT_SCHEME):
-        from pipelines.release.objects import filesystem
-
-        return filesystem().cat_file(f"{release_root.rstrip('/')}/{source_path}", start=offset, end=offset + length)
-    root = Path(release_root)
-    real = resolve_inside(root / source_path, root)
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("not a regular file")
-        return os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
 
 
 def shown(text: str | None) -> str:

@@ -230,11 +230,12 @@ def _run_errors(
     change."""
     run_id = listing.run.run_id
     sources, indexed = transcripts
-    current = {f.source_path: f for f in listing.epoch_files if f.source_path not in sources}
+    current = {f.source_path: f for f in listing.epoch_files}
     stored = read_partition(lake, "errors", run_id)
     parse_errors = keep_rows(stored, parsed.stale)
-    if parse_errors is not None:
-        parse_errors = parse_errors.filter(pl.col("source_path").is_in(list(current)))
+    if parse_errors is not None:  # the epoch files' own; a candidate that may hold transcripts has kept_errors'
+        documents = [path for path in current if path not in sources]
+        parse_errors = parse_errors.filter(pl.col("source_path").is_in(documents))
     errors = concat_frames(
         [
             parse_errors,

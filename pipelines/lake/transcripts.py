@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import orjson
 import polars as pl
 
 from pipelines.lake.inventory import FILE_COLUMNS, error_row
@@ -38,7 +39,7 @@ TRANSCRIPT_COLUMNS = {
     "n_turns": pl.Int64,
     "n_tool_calls": pl.Int64,
     "content_chars": pl.Int64,
-    "messages_by_role": pl.List(pl.Struct({"role": pl.String, "messages": pl.Int64})),
+    "messages_by_role": pl.String,  # a JSON object, role: count, in order of first appearance (a MAP in SQL)
     "text": pl.String,
 }
 
@@ -47,14 +48,15 @@ def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) ->
     """The rows of a run's indexed transcript files, one per record, its scalar fields as typed columns after the
     table's own (flatten.typed_series: a field whose type changes between records is kept as JSON text), and which
     of those are JSON text."""
-    rows = [(path, index.format, record) for path, index in indexed for record in index.records]
-    records = [record for _, _, record in rows]
+    paths = [path for path, index in indexed for _ in index.records]
+    formats = [index.format for _, index in indexed for _ in index.records]
+    records = [record for _, index in indexed for record in index.records]
     columns = {
-        "run_id": [run_id] * len(rows),
-        "source_path": [path for path, _, _ in rows],
+        "run_id": [run_id] * len(records),
+        "source_path": paths,
         "trajectory_id": [r.trajectory_id for r in records],
         "id_source": [r.id_source for r in records],
-        "format": [file_format for _, file_format, _ in rows],
+        "format": formats,
         "line": [r.line for r in records],
         "byte_offset": [r.byte_offset for r in records],
         "byte_length": [r.byte_length for r in records],
@@ -62,23 +64,40 @@ def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) ->
         "n_turns": [r.n_turns for r in records],
         "n_tool_calls": [r.n_tool_calls for r in records],
         "content_chars": [r.content_chars for r in records],
-        "messages_by_role": [[{"role": k, "messages": n} for k, n in r.messages_by_role.items()] for r in records],
+        "messages_by_role": [orjson.dumps(r.messages_by_role).decode() for r in records],
         "text": [r.text for r in records],
     }
     frame = pl.DataFrame(columns, schema=TRANSCRIPT_COLUMNS)
-    names = sorted({extra_column_name(name, TRANSCRIPT_COLUMNS) for r in records for name in r.fields})
-    by_column: dict[str, list] = {name: [None] * len(records) for name in names}
-    for position, record in enumerate(records):
-        for name, value in record.fields.items():
-            by_column[extra_column_name(name, TRANSCRIPT_COLUMNS)][position] = value
+    by_column = _field_columns([record.fields for record in records])
     kinds: ColumnKinds = {}
     extras = []
-    for name in names:
+    for name in sorted(by_column):
         series, types = typed_series(name, by_column[name])
         extras.append(series)
         if types is not None:
             kinds[name] = types
     return frame.with_columns(extras) if extras else frame, kinds
+
+
+def _field_columns(fields: list[dict]) -> dict[str, list]:
+    """The records' fields as columns (a value per record, None where it lacks the field), by column name
+    (extra_column_name). Records of one shape (the same fields in the same order, as a run's records mostly are) are
+    transposed together, not field by field."""
+    shapes: dict[tuple, list[int]] = {}
+    for position, record in enumerate(fields):
+        shapes.setdefault(tuple(record), []).append(position)
+    columns: dict[str, list] = {}
+    for names, positions in shapes.items():
+        transposed = zip(*(fields[position].values() for position in positions), strict=True) if names else ()
+        for name, values in zip(names, transposed, strict=True):
+            column = extra_column_name(name, TRANSCRIPT_COLUMNS)
+            if len(positions) == len(fields):
+                columns[column] = list(values)
+                continue
+            target = columns.setdefault(column, [None] * len(fields))
+            for position, value in zip(positions, values, strict=True):
+                target[position] = value
+    return columns
 
 
 def transcript_sources(listing: RunListing, epoch_outcomes: dict[str, dict]) -> dict[str, EpochFile]:
@@ -148,7 +167,9 @@ def index_run_transcripts(
     the run is indexed again."""
     changed, removed = transcripts_to_index(sources, previous, max_file_bytes, keep_text)
     known = {path: outcome for path, outcome in previous.get("transcripts", {}).items() if path in sources}
-    replaced = bool(removed) or any(f.source_path in known for f in changed)
+    # Only dropping a file's rows can leave merged columns a fresh indexing would not make.
+    dropped = [*removed, *(f.source_path for f in changed)]
+    replaced = any(previous.get("transcripts", {}).get(path, {}).get("records") for path in dropped)
     n_read = 0
     for whole in (False, True):
         todo = list(sources.values()) if whole else changed

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import orjson
+
+from pipelines.release.discover import resolve_inside
+from pipelines.settings import OBJECT_SCHEME
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 # A transcript's messages each have a role: a file that never spells the key (a config, a log) is not one, which a
@@ -265,21 +271,7 @@ def index_record(
         found = (file_id, FILE_NAME_ID)
     trajectory_id, id_source = found
     messages_key, messages = find_messages(record)
-    by_role: dict[str, int] = {}
-    turns = tool_calls = chars = 0
-    previous = None
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        role = message.get("role")
-        role = role if isinstance(role, str) else orjson.dumps(role).decode()
-        by_role[role] = by_role.get(role, 0) + 1
-        if role != previous and role != "system":
-            turns += 1
-        previous = role
-        tool_calls += len(message_tool_calls(message))
-        chars += len(content_text(message.get("content")))
-    skip = {id_source, messages_key}
+    by_role, turns, tool_calls, chars = measure_messages(messages)
     return TranscriptRecord(
         trajectory_id,
         id_source,
@@ -291,9 +283,40 @@ def index_record(
         turns,
         tool_calls,
         chars,
-        scalar_fields(record, skip),
+        scalar_fields(record, {id_source, messages_key}),
         messages_text(messages) if keep_text else None,
     )
+
+
+def measure_messages(messages: list) -> tuple[dict[str, int], int, int, int]:
+    """Messages by role, turns (runs of one role's messages, the system's left out), tool calls and characters of
+    content. One pass with the common shapes (a string content, a `tool_calls` list) taken first: it runs on every
+    message of every transcript."""
+    by_role: dict[str, int] = {}
+    turns = tool_calls = chars = 0
+    previous = None
+    for message in messages:
+        if type(message) is not dict:
+            continue
+        role = message.get("role")
+        if type(role) is not str:
+            role = orjson.dumps(role).decode()
+        by_role[role] = by_role.get(role, 0) + 1
+        if role != previous:
+            turns += role != "system"
+            previous = role
+        content = message.get("content")
+        if type(content) is str:
+            chars += len(content)
+            calls = message.get("tool_calls")
+            if type(calls) is list:
+                tool_calls += len(calls)
+            if "function_call" in message:
+                tool_calls += type(message["function_call"]) is dict
+        else:
+            chars += len(content_text(content))
+            tool_calls += len(message_tool_calls(message))
+    return by_role, turns, tool_calls, chars
 
 
 def find_messages(record: dict) -> tuple[str | None, list]:
@@ -360,25 +383,45 @@ def messages_text(messages: list) -> str:
 
 def scalar_fields(record: dict, skip: set, max_chars: int | None = FIELD_CHARS) -> dict[str, object]:
     """The record's scalar values by dotted name (`metadata.judge.scores.realism`), its objects followed up to
-    FIELD_DEPTH deep and lists left out; a string over max_chars gives its length, as `<name>_chars`."""
+    FIELD_DEPTH deep and lists left out, at most MAX_FIELDS of them; a string over max_chars gives its length, as
+    `<name>_chars`."""
     fields: dict[str, object] = {}
-    pending = [("", record, 1)]
-    while pending and len(fields) < MAX_FIELDS:
-        prefix, holder, depth = pending.pop()
-        nested = []
-        for key, value in holder.items():
-            name = f"{prefix}{key}"
-            if name in skip or len(fields) >= MAX_FIELDS:
-                continue
-            if isinstance(value, dict):
-                if depth < FIELD_DEPTH:
-                    nested.append((f"{name}.", value, depth + 1))
-            elif isinstance(value, str):
-                if max_chars is not None and len(value) > max_chars:
-                    fields[f"{name}_chars"] = len(value)
-                else:
-                    fields[name] = value
-            elif isinstance(value, (bool, int, float)):
-                fields[name] = value
-        pending += reversed(nested)  # depth first, in the record's order
+    _add_fields(record, "", 1, skip, max_chars, fields)
     return fields
+
+
+def _add_fields(holder: dict, prefix: str, depth: int, skip: set, max_chars: int | None, fields: dict) -> None:
+    for key, value in holder.items():
+        if len(fields) >= MAX_FIELDS:
+            return
+        name = prefix + key
+        if name in skip:
+            continue
+        kind = type(value)
+        if kind is str:
+            if max_chars is not None and len(value) > max_chars:
+                fields[name + "_chars"] = len(value)
+            else:
+                fields[name] = value
+        elif kind is dict:
+            if depth < FIELD_DEPTH:
+                _add_fields(value, name + ".", depth + 1, skip, max_chars, fields)
+        elif kind is int or kind is float or kind is bool:
+            fields[name] = value
+
+
+def read_span(release_root: str, source_path: str, offset: int, length: int) -> bytes:
+    """length bytes at offset of a release's file (a record where the index placed it): opened only inside the
+    release and only as a regular file; in a bucket, one ranged GET."""
+    if release_root.startswith(OBJECT_SCHEME):
+        from pipelines.release.objects import filesystem
+
+        return filesystem().cat_file(f"{release_root.rstrip('/')}/{source_path}", start=offset, end=offset + length)
+    root = Path(release_root)
+    fd = os.open(resolve_inside(root / source_path, root), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)

@@ -29,7 +29,7 @@ final as (
         records.byte_length,
         records.id_source,
         records.n_messages,
-        map_from_entries(records.messages_by_role) as messages_by_role,
+        records.messages_by_role,
         records.n_turns,
         records.n_tool_calls,
         records.content_chars,

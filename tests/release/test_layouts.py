@@ -96,13 +96,18 @@ def test_every_layout_builds_the_same_tables_as_the_flat_one(tmp_path, build, qu
             assert other.height == flat.height, (layout, name)
             assert other.equals(flat), (layout, name)
 
-    # Nothing to report: the transcripts and configs beside the documents are inventoried, not parsed.
+    # Nothing to report: the configs beside the documents are inventoried, the transcripts indexed and linked.
     assert query(warehouse, "select count(*) from ingest_errors") == [(0,)]
-    skipped = query(
-        warehouse, "select count(*) from file_inventory where source_path like '%transcripts%' and status = 'skipped'"
-    )
-    # A transcripts.jsonl per epoch folder; the flat layout's transcripts/ folder is one entry per run.
-    assert skipped == [((len(LAYOUTS) - 1) * len(RUNS) * EPOCHS + len(RUNS),)]
+    others = "select status, layout, count(*) from file_inventory where status <> 'loaded' group by all order by 1"
+    # A transcripts file per epoch in every layout; a config.json per epoch folder, no transcript (in the
+    # folder_other_json layout a candidate document, set aside as before).
+    assert sorted(query(warehouse, others), key=str) == [
+        ("indexed", "transcript", len(LAYOUTS) * len(RUNS) * EPOCHS),
+        ("skipped", "folder_other_json", len(RUNS) * EPOCHS),
+        ("skipped", None, (len(LAYOUTS) - 2) * len(RUNS) * EPOCHS),
+    ]
+    linked = query(warehouse, "select count(transcript_path), count(*) from trajectory_transcripts")
+    assert linked == [(len(LAYOUTS) * len(RUNS) * EPOCHS * N,) * 2]
 
 
 def _ingest(root, lake, run="run", max_file_bytes=10**7):
@@ -208,7 +213,10 @@ def test_a_run_that_loads_nothing_or_far_fewer_epochs_is_loud(tmp_path, build, q
     assert "1  truncated_json       e.g. run_b/epoch_007_results.json" in out
     [release_line] = [line for line in err.splitlines() if line.startswith("warning: release")]
     assert release_line.startswith("warning: release unrecognised loaded no epoch from its 1 run(s)")
-    assert "<run>/epoch_NNN/metrics.json" in release_line and "e.g. run_a/ep0, run_a/ep1" in release_line
+    assert (
+        "<run>/epoch_NNN/metrics.json" in release_line
+        and "e.g. run_a/ep0/data.json, run_a/ep1/data.json" in release_line
+    )
     assert (
         "2 run(s) loaded no epoch or under 90% of their epoch entries: "
         "run_a (no epoch entry recognised), run_b (7 of 10 loaded)" in err
@@ -234,7 +242,7 @@ def test_a_document_of_any_name_over_the_limit_loads_once_the_limit_rises(tmp_pa
     assert "summary.json: over max_file_bytes" in error["message"]
 
     raised = _ingest(release, lake, max_file_bytes=10**7)  # the files unchanged: the new limit alone brings it in
-    assert (raised.files_parsed, raised.epochs) == (1, 1)
+    assert (raised.files_parsed, raised.epochs) == (2, 1)  # and the transcripts beside it, over the limit too
     assert _rows(lake, "errors") == []
 
 
