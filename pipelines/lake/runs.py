@@ -38,13 +38,7 @@ _Job = tuple[Callable[..., RunIngestResult], RunListing | RunFolder]
 
 
 def _settle_or_job(
-    run: RunFolder,
-    lake: LakePath,
-    max_file_bytes: int,
-    workers: int,
-    full_scan: bool,
-    quiet_seconds: int,
-    transcript_text: bool,
+    run: RunFolder, lake: LakePath, max_file_bytes: int, workers: int, full_scan: bool, settings: dict
 ) -> RunIngestResult | _Job:
     """A run's result when this process can settle it, else its job for the pool.
 
@@ -54,14 +48,14 @@ def _settle_or_job(
     (unchanged_by_stamps), unless full_scan. A run new to the lake is listed by the worker that ingests it, so
     that this process does not list a whole new release while the workers wait. With one worker, every run is
     ingested here."""
-    if not full_scan and (result := unchanged_by_stamps(run, lake, transcript_text)) is not None:
+    if not full_scan and (result := unchanged_by_stamps(run, lake, settings.get("transcript_text", False))) is not None:
         return result
     if workers > 1 and not manifest_file(lake, run.run_id).exists():
         return (ingest_run_folder, run)
     listing = list_run(run)
     if workers <= 1:
-        return ingest_run(listing, lake, max_file_bytes, quiet_seconds=quiet_seconds, transcript_text=transcript_text)
-    if (result := ingest_run(listing, lake, max_file_bytes, True, quiet_seconds, transcript_text)) is not None:
+        return ingest_run(listing, lake, max_file_bytes, **settings)
+    if (result := ingest_run(listing, lake, max_file_bytes, True, **settings)) is not None:
         return result
     return (ingest_run, listing)
 
@@ -73,13 +67,12 @@ def ingest_runs(
     workers: int = 0,
     progress: Callable[[RunIngestResult, int, int], None] | None = None,
     full_scan: bool = False,
-    quiet_seconds: int = DEFAULT_QUIET_SECONDS,
-    transcript_text: bool = False,
+    **settings,
 ) -> list[RunIngestResult]:
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
     Runs this process cannot settle (_settle_or_job) go to the pool as they are found, or are ingested here when
-    there is only one (one new epoch file).
+    there is only one (one new epoch file). settings: ingest_run's quiet_seconds and transcript_text.
     """
     lake = lake_root(lake)
     workers = min(workers or os.cpu_count() or 1, len(runs))
@@ -90,7 +83,6 @@ def ingest_runs(
         if progress:
             progress(result, len(results), len(runs))
 
-    settings = {"quiet_seconds": quiet_seconds, "transcript_text": transcript_text}
     waiting: _Job | None = None  # the first run to parse, held until a second shows that a pool pays
     pool: ProcessPoolExecutor | None = None
     futures: set = set()
@@ -107,7 +99,7 @@ def ingest_runs(
 
     try:
         for run in runs:
-            job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, quiet_seconds, transcript_text)
+            job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, settings)
             if isinstance(job, RunIngestResult):
                 done(job)
                 continue
