@@ -40,6 +40,7 @@ from pipelines.exports.explorer_data import (
 from pipelines.exports.figure import file_stem, run_colours
 from pipelines.exports.files import write_if_changed
 from pipelines.exports.report import ordered_ablations
+from pipelines.exports.transcript_lists import transcript_lists
 
 ASSETS = Path(__file__).with_name("explorer_assets")
 INDEX = "index.html"
@@ -67,6 +68,7 @@ class ExplorerTables:
 
     epochs: epoch_metrics with the columns of fact_epochs it lacks (explorer_data.joined_epochs).
     histograms: run × epoch × quantity × bin (explorer_data.histogram_sql).
+    transcripts: the trajectories the transcript lists show (transcript_lists.LISTS_SQL).
     """
 
     runs: pl.DataFrame
@@ -76,6 +78,7 @@ class ExplorerTables:
     snapshots: pl.DataFrame
     breakdowns: pl.DataFrame
     histograms: pl.DataFrame = field(default_factory=pl.DataFrame)
+    transcripts: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 @functools.cache
@@ -195,6 +198,7 @@ def ablation_payload(ablation: str | None, tables: ExplorerTables) -> dict:
         "breakdowns": _rows(
             _of_runs(tables.breakdowns, run_ids), ["run_id", "breakdown", "level", "window_start"], BREAKDOWN_COLUMNS
         ),
+        "transcripts": {} if tables.transcripts.is_empty() else transcript_lists(_of_runs(tables.transcripts, run_ids)),
     }
 
 
@@ -350,7 +354,7 @@ def split_by_ablation(tables: ExplorerTables) -> dict[str | None, ExplorerTables
 
     split = {
         name: parts(getattr(tables, name), by_run=name != "contrasts")
-        for name in ("runs", "epochs", "summary", "contrasts", "snapshots", "breakdowns", "histograms")
+        for name in ("runs", "epochs", "summary", "contrasts", "snapshots", "breakdowns", "histograms", "transcripts")
     }
     return {
         ablation: ExplorerTables(**{name: split[name].get(ablation, getattr(tables, name).clear()) for name in split})

@@ -165,6 +165,47 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     driver.set_window_size(1600, min(driver.execute_script("return document.body.scrollHeight") + 40, 6000))
     time.sleep(0.5)
     driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
+    transcripts_listed_with_links_to_their_files(driver, sample_warehouse, ablations)  # last: it leaves the page
+
+
+def transcripts_listed_with_links_to_their_files(driver, warehouse, ablations):
+    """The binary run's matched window lists the five highest- and lowest-reward trajectories among its transcripts
+    there (ranked here from the warehouse's rows, ties by epoch and position), each with its transcript's first line
+    as its file holds it; an epoch's lists hold that epoch's; a link opens the transcript's file."""
+    run, section = "binary_v1_grpo_binary_v1_bs64", ablations.index("grpo_binary_baseline")
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "select t.epoch, t.traj_index, t.trajectory_id, f.reward, r.release_root || '/' || t.transcript_path "
+            "from trajectory_transcripts as t join fact_trajectories as f using (run_id, epoch, traj_index) "
+            "join dim_runs as r using (run_id) where run_id = ? and t.transcript_path is not null "
+            "and epoch in (select epoch from matched_window_values where run_id = ?)",
+            [run, run],
+        ).fetchall()
+    by_reward = sorted(rows, key=lambda r: (-r[3], r[0], r[1])), sorted(rows, key=lambda r: (r[3], r[0], r[1]))
+    listed = """return [...document.querySelectorAll(`#ablation-${arguments[0]} .transcript-lists li`)].map(li => [
+        li.querySelector('code').textContent, li.querySelector('.first-line').textContent, li.querySelector('a').href
+    ]);"""
+    entries = driver.execute_script(listed, section)
+    assert [e[0] for e in entries] == [r[2] for r in by_reward[0][:5]] + [r[2] for r in by_reward[1][:5]]
+    top = json.loads(Path(by_reward[0][0][4]).read_text())
+    first = next(m["content"] for m in top["messages"] if m["role"] != "system").split("\n")[0]
+    assert entries[0][1] == (first if len(first) <= 120 else first[:119] + "…")
+    assert entries[0][2] == Path(by_reward[0][0][4]).as_uri()
+
+    scope = driver.find_element(By.CSS_SELECTOR, f"#ablation-{section} select[aria-label='epochs of the transcripts']")
+    last = scope.find_elements(By.TAG_NAME, "option")[-1]
+    epoch = last.get_attribute("value")
+    last.click()
+    epochs = driver.execute_script(
+        f"return [...document.querySelectorAll('#ablation-{section} .transcript-lists li')].map(li => li.textContent)"
+    )
+    assert epoch == "490" and len(epochs) == 6 and all(f"epoch {epoch} ·" in text for text in epochs)
+
+    link = driver.find_element(By.CSS_SELECTOR, f"#ablation-{section} .transcript-lists a")
+    target, trajectory_id = link.get_attribute("href"), link.find_element(By.XPATH, "..").text.split(" · ")[2]
+    link.click()
+    wait_until(driver, "return location.href === arguments[0]", "the transcript's file", target)
+    assert trajectory_id in driver.find_element(By.TAG_NAME, "body").text
 
 
 def smoothing_reproduces_reward_ema(driver, runs, ablations, epochs):

@@ -34,6 +34,7 @@ from pipelines.exports.report import (
     section_parts,
 )
 from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, remove_gone
+from pipelines.exports.transcript_lists import LISTS_SQL
 from pipelines.warehouse_db import model_fingerprints
 
 GROUP = "exports"
@@ -77,6 +78,8 @@ EXPLORER_INPUTS = (
     "ablation_contrasts",
     "snapshots",
     "reward_breakdowns",
+    "trajectory_transcripts",
+    "matched_window_values",
 )
 EXPLORER_QUERIES = {
     "runs": RUNS_SQL,
@@ -87,6 +90,7 @@ EXPLORER_QUERIES = {
     "contrasts": "select * from ablation_contrasts order by ablation, run_a, run_b",
     "snapshots": "select * from snapshots order by run_id",
     "breakdowns": "select * from reward_breakdowns order by run_id, breakdown, level, window_start",
+    "transcripts": LISTS_SQL,
 }
 PREVIEWS_SHOWN = 4  # inline figure previews in the UI; more would bloat the event log
 

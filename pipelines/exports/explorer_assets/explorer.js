@@ -638,6 +638,45 @@
     section.views.histogram = (await vegaEmbed(chart, spec, EMBED)).view;
   }
 
+  // ---- the transcripts behind the rewards ------------------------------------------------------------------
+
+  /** One listed trajectory: its reward and epoch, its id, a link to its transcript's file, the transcript's first line. */
+  function transcriptEntry(entry) {
+    const file = entry.href.startsWith("file:") ? el("a", { href: entry.href, title: entry.path }, entry.path)
+      : el("span", { title: entry.href }, entry.path);
+    return el("li", {},
+      el("div", {}, el("strong", {}, num(entry.reward)), ` · epoch ${entry.epoch} · `, el("code", {}, entry.trajectory_id), " · ",
+         file, entry.line == null ? null : ` line ${entry.line}`),
+      el("div", { class: "first-line" }, entry.first_line ?? "(not readable: the file changed since the build)"));
+  }
+
+  /** The highest- and lowest-reward trajectories of a run's matched window or of one of its epochs, as the page
+   * holds them (transcript_lists.py), with a run and a scope to choose. */
+  function transcriptsPanel(section) {
+    const lists = section.ablation.transcripts || {};
+    const runs = section.ablation.runs.filter((r) => lists[r.run_id]);
+    if (!runs.length) return null;
+    const node = el("div", { class: "transcripts" });
+    const show = (runId, scope) => {
+      const run = lists[runId];
+      const epochs = Object.keys(run.epochs).map(Number).sort((a, b) => a - b);
+      const shown = scope === "matched" ? run.matched : run.epochs[scope];
+      const scopes = [["matched", "matched window"], ...epochs.map((e) => [String(e), `epoch ${e}`])];
+      const column = (title, entries) => el("div", {}, el("h4", {}, title),
+        entries.length ? el("ol", {}, entries.map(transcriptEntry)) : el("p", { class: "note" }, "none"));
+      node.replaceChildren(
+        el("h3", {}, "Transcripts behind the rewards"),
+        el("div", { class: "controls" },
+           el("label", {}, "run ", select(runs.map((r) => [r.run_id, shortLabel(r.label, 60)]), runId, "run of the transcripts", (v) => show(v, "matched"))),
+           el("label", {}, "of ", select(scopes, scope, "epochs of the transcripts", (v) => show(runId, v))),
+           el("span", { class: "note" }, "grpo-warehouse show <id> prints a whole transcript")),
+        el("div", { class: "transcript-lists" }, column("highest reward", shown.top), column("lowest reward", shown.bottom)));
+      section.transcripts = { run_id: runId, scope };
+    };
+    show(runs[0].run_id, "matched");
+    return node;
+  }
+
   // ---- drawing and state -----------------------------------------------------------------------------------
 
   // Vega warns of an "infinite extent" whenever a layer's data is empty: expected, so only errors reach the console.
@@ -1144,7 +1183,7 @@
     section.node = el("section", { class: "ablation", id: `ablation-${index}`, "data-index": index },
       el("h2", {}, title, el("span", { class: "sub" }, summary)),
       ablation.overlay ? null : el("p", { class: "headline" }, headline(ablation)),
-      summaryNote(ablation), chartControls(section), section.nodes.charts, section.nodes.histogram,
+      summaryNote(ablation), chartControls(section), section.nodes.charts, section.nodes.histogram, transcriptsPanel(section),
       tableControls(section), runsTable(section), section.nodes.breakdowns,
       ablation.overlay ? null : el("div", { class: "tables" },
          el("div", {}, el("h3", {}, "Contrasts at the compute-matched horizon"), contrastsTable(section)),
