@@ -397,15 +397,19 @@ class _RunLister:
         else:
             self.skip(source_path, reason, epoch=epoch)
 
+    def stamped_scan(self, entry: os.DirEntry, source_path: str) -> list:
+        """A folder's entries, its stamp recorded first (while stamps are kept); OSError when it cannot be listed."""
+        if self.folders is not None:
+            folder = entry.stat(follow_symlinks=False)
+            self.folders[source_path] = folder_stamp(folder)
+            self.changed_at_ns = max(self.changed_at_ns, folder.st_ctime_ns)
+        return self.tree.scan(entry.path)
+
     def list_folder(self, entry: os.DirEntry, source_path: str, depth: int, epoch=None) -> None:
         """A folder that is no epoch folder (transcripts/, logs/; epoch: of the epoch folder it is in, if any):
         stamped, and each of its entries listed."""
         try:
-            if self.folders is not None:
-                folder = entry.stat(follow_symlinks=False)
-                self.folders[source_path] = folder_stamp(folder)
-                self.changed_at_ns = max(self.changed_at_ns, folder.st_ctime_ns)
-            inner_entries = self.tree.scan(entry.path)
+            inner_entries = self.stamped_scan(entry, source_path)
         except OSError as exc:
             self.skip(source_path, f"cannot list folder: {exc.strerror}", "unreadable", epoch=epoch)
             return
@@ -431,11 +435,7 @@ class _RunLister:
                     self.not_a_file(entry, source_path, int(match.group(1)))
             elif (match := EPOCH_DIR_NAME.match(name)) and entry.is_dir():
                 try:
-                    if self.folders is not None:
-                        folder = entry.stat(follow_symlinks=False)
-                        self.folders[source_path] = folder_stamp(folder)
-                        self.changed_at_ns = max(self.changed_at_ns, folder.st_ctime_ns)
-                    inner_entries = self.tree.scan(entry.path)
+                    inner_entries = self.stamped_scan(entry, source_path)
                 except OSError as exc:
                     self.skip(
                         source_path,
