@@ -165,14 +165,15 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     driver.set_window_size(1600, min(driver.execute_script("return document.body.scrollHeight") + 40, 6000))
     time.sleep(0.5)
     driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
-    transcripts_listed_with_links_to_their_files(driver, sample_warehouse, ablations)  # last: it leaves the page
+    transcripts_listed_with_links_to_their_files(driver, sample_warehouse, runs, ablations)  # last: it leaves the page
 
 
-def transcripts_listed_with_links_to_their_files(driver, warehouse, ablations):
+def transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablations):
     """The binary run's matched window lists the five highest- and lowest-reward trajectories among its transcripts
     there (ranked here from the warehouse's rows, ties by epoch and position), each with its transcript's first line
     as its file holds it; an epoch's lists hold that epoch's; a link opens the transcript's file."""
-    run, section = "binary_v1_grpo_binary_v1_bs64", ablations.index("grpo_binary_baseline")
+    run = "binary_v1_grpo_binary_v1_bs64"
+    section = ablations.index(dict(runs)[run])
     with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
         rows = con.execute(
             "select t.epoch, t.traj_index, t.trajectory_id, f.reward, r.release_root || '/' || t.transcript_path "
