@@ -13,7 +13,7 @@ trajectory_ids as (
 
 final as (
     select
-        records.* replace (cast(records.messages_by_role::json as map (varchar, bigint)) as messages_by_role),
+        records.* replace (cast(cast(records.messages_by_role as json) as map (varchar, bigint)) as messages_by_role),
         row_number() over (
             partition by records.run_id, records.trajectory_id order by records.source_path, records.byte_offset
         ) as copy_rank,
