@@ -63,8 +63,8 @@ _SETTINGS = (
     Parameter(
         "releases",
         (),
-        "release folders or bucket prefixes (`s3://bucket/prefix`, [scale-out.md](scale-out.md#releases-in-a-bucket)), "
-        "`:`-separated (the UI; `grpo-warehouse build` takes `--release`)",
+        "release folders or bucket prefixes ([scale-out.md](scale-out.md#releases-in-a-bucket)), `:`-separated; "
+        "`grpo-warehouse build` takes `--release`",
         variable="GRPO_RELEASES",
         shown_default="the bundled sample release",
         separated=True,
@@ -79,9 +79,8 @@ _SETTINGS = (
     Parameter(
         "lake_dir",
         "",
-        "where the Parquet lake is: a folder, or a bucket prefix `s3://bucket/prefix` "
-        "([scale-out.md](scale-out.md#the-lake-in-a-bucket)); the DuckDB files and the exports stay in the warehouse "
-        "folder",
+        "the Parquet lake: a folder or a bucket prefix ([scale-out.md](scale-out.md#the-lake-in-a-bucket)); the "
+        "DuckDB files and the exports stay in the warehouse folder",
         variable="GRPO_LAKE_DIR",
         shown_default="`<warehouse>/lake`",
     ),
@@ -117,8 +116,8 @@ _SETTINGS = (
     Parameter(
         "quiet_seconds",
         3600,
-        "how long after its last write (ctime) a run counts as quiet and is settled from its folder stamps; `0`: at "
-        "once; a negative value: never, so every build stats every file ([refresh.md](refresh.md#quiet-runs))",
+        "how long after its last write (ctime) a run counts as quiet; `0`: at once; negative: never "
+        "([refresh.md](refresh.md#quiet-runs))",
         variable="GRPO_QUIET_SECONDS",
     ),
     Parameter(
@@ -141,8 +140,8 @@ _SETTINGS = (
     Parameter(
         "executor",
         "in_process",
-        "where run partitions are ingested: `in_process` (this process and its ingest pool) or `dask`, on a Dask "
-        "cluster ([scale-out.md](scale-out.md))",
+        "where run partitions are ingested: `in_process` (this process and its pool) or `dask` "
+        "([scale-out.md](scale-out.md))",
         variable="GRPO_EXECUTOR",
         choices=("in_process", "dask"),
     ),
@@ -156,8 +155,7 @@ _SETTINGS = (
     Parameter(
         "partitions_per_run",
         25,
-        "with `GRPO_EXECUTOR=dask`, run partitions per Dagster run: a build's ingest is cut into runs of this many, "
-        "which the cluster's workers take in parallel, and so is a backfill of the lake "
+        "with `GRPO_EXECUTOR=dask`, run partitions per Dagster run, in a build's ingest and a backfill of the lake "
         "([scale-out.md](scale-out.md#run-partitions-on-a-dask-cluster))",
         variable="GRPO_PARTITIONS_PER_RUN",
         low=1,
