@@ -24,6 +24,7 @@ import math
 from statistics import NormalDist
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from pipelines.stats import structural
 
@@ -209,12 +210,9 @@ def too_short(size: int, fewest: int) -> str | None:
     return f"too few epochs for an honest interval: {size} < {fewest}" if size < fewest else None
 
 
-def interval_quantile(level: float, df: float) -> float:
+def interval_quantile(level: float, df) -> float | np.ndarray:
     """The half-width's multiplier at `level`: Student's t on df degrees of freedom, the normal's when df is inf."""
-    upper = (1 - level) / 2
-    if math.isinf(df):
-        return NormalDist().inv_cdf(1 - upper)
-    return float(t_quantile(upper, df))
+    return scipy_stats.t.ppf(0.5 + level / 2, df)[()]
 
 
 def _bounds(estimate: float, variance: float, df: float, level: float) -> tuple[float | None, float | None]:
@@ -286,22 +284,33 @@ def run_interval(epochs, values, noise_variance, window: int, *, method: str, le
     }
 
 
-def _paired_fit(a_epochs, a_values, b_epochs, b_values, window: int, fit_epochs: int) -> dict:
+def _measured_noise(noise, size: int) -> np.ndarray:
+    """Each epoch's sampling variance of its mean as an array (NaN where unknown or not given)."""
+    return np.full(size, np.nan) if noise is None else np.asarray(noise, dtype=float).reshape(-1)[:size]
+
+
+def _paired_fit(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, window: int, fit_epochs: int) -> dict:
     """`structural` on the paired difference b − a over the two runs' common epochs with finite values: the variance
-    of its window mean (the last `window` common epochs), its degrees of freedom and the fit's size."""
-    epochs_a, values_a, _ = _fit_span(a_epochs, a_values, len(a_values))
-    epochs_b, values_b, _ = _fit_span(b_epochs, b_values, len(b_values))
-    common, in_a, in_b = np.intersect1d(epochs_a, epochs_b, assume_unique=True, return_indices=True)
+    of its window mean (the last `window` common epochs), its degrees of freedom and the fit's size. The noise's
+    variance is taken as measured (the mean over the fit of the two runs' epochs' sampling variances) when at least
+    half the fit's epochs have it in both runs."""
+    runs = []
+    for epochs, values, noise in ((a_epochs, a_values, a_noise), (b_epochs, b_values, b_noise)):
+        epochs, values = np.asarray(epochs, dtype=float), np.asarray(values, dtype=float)
+        finite = np.isfinite(values)
+        runs.append((epochs, epochs[finite], values[finite], _measured_noise(noise, len(values))[finite]))
+    (epochs_a, kept_a, values_a, noise_a), (epochs_b, kept_b, values_b, noise_b) = runs
+    common, in_a, in_b = np.intersect1d(kept_a, kept_b, assume_unique=True, return_indices=True)
     difference = (values_b[in_b] - values_a[in_a])[-fit_epochs:]
     size, window = len(difference), min(window, len(difference))
     if size < MIN_FIT_EPOCHS or window < 2:
         return {"size": size, "variance": None}
+    noise = (noise_a[in_a] + noise_b[in_b])[-fit_epochs:]
+    measured = np.nanmean(noise) if np.isfinite(noise).sum() * 2 >= size else math.nan
     # the walk counts the runs' loaded epochs from their start
-    start = common[-size]
-    before = max(int((np.asarray(a_epochs) < start).sum()), int((np.asarray(b_epochs) < start).sum()))
-    fitted = structural.fit(difference[None], window, degree=0, before=before)
-    variance = float(fitted["variance"][0]) if np.ptp(difference) else 0.0
-    return {"size": size, "variance": variance, "df": float(fitted["df"][0])}
+    before = max(int((epochs_a < common[-size]).sum()), int((epochs_b < common[-size]).sum()))
+    fitted = structural.fit(difference[None], window, degree=0, before=before, noise=np.array([measured]))
+    return {"size": size, "variance": float(fitted["variance"][0]), "df": float(fitted["df"][0])}
 
 
 def _window_mean(values, window: int) -> tuple[float, int]:
@@ -326,7 +335,7 @@ def pair_interval(
     result["claimable"] = False
     if min(count_a, count_b) < 2:
         return result | {"reason": f"too few epochs for an interval: {min(count_a, count_b)} < 2"}
-    paired = _paired_fit(a_epochs, a_values, b_epochs, b_values, window, fit_epochs)
+    paired = _paired_fit(a_epochs, a_values, a_noise, b_epochs, b_values, b_noise, window, fit_epochs)
     if paired["variance"] is None:
         return result | {"reason": f"too few common epochs for an interval: {paired['size']} < {MIN_FIT_EPOCHS}"}
     reason = too_short(paired["size"], PAIR_MIN_EPOCHS)

@@ -97,17 +97,59 @@ def detrended_variance(values: np.ndarray, degree: int) -> np.ndarray:
     return ((values - (design @ beta).T) ** 2).mean(axis=1)
 
 
-def fit(values: np.ndarray, window: int, degree: int, before: int = 0, walk: bool = True) -> dict[str, np.ndarray]:
-    """Per row of values (a curve of T epochs whose walk started `before` epochs ahead of the first; no walk unless
-    `walk`): the variance of the mean of the last `window` values, its degrees of freedom, the window's effective n
-    (the detrended values' variance over V), and the fitted φ and κ."""
+# the drift's variance searched, relative to the series' own variance, when the noise's is known
+SCALE_STEPS = 2.0 ** (np.arange(-20, 9) / 2)
+
+
+def known_noise_likelihoods(values: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of values around their mean (columns: the (φ, κ) points of grid() with no fitted noise), the
+    log-likelihood of the cosine coefficients with the white noise's variance known (`noise`, one per row) and the
+    drift's variance s² searched over SCALE_STEPS; and that s²."""
     size = values.shape[1]
+    points = grid()[:, 1] == 0
+    shapes = spectra(size)[points]
+    squares = (values @ cosine_basis(size).T)[:, None, :] ** 2
+    best, best_scale = np.full((len(values), len(shapes)), -np.inf), np.zeros((len(values), len(shapes)))
+    for step in SCALE_STEPS:
+        scale = values.var(axis=1) * step
+        spectrum = scale[:, None, None] * shapes[None] + noise[:, None, None]
+        likelihood = -0.5 * (np.log(spectrum) + squares / spectrum).sum(axis=2)
+        better = likelihood > best
+        best, best_scale = np.where(better, likelihood, best), np.where(better, scale[:, None], best_scale)
+    return best, best_scale
+
+
+def best_points(values: np.ndarray, degree: int, walk: bool, noise: np.ndarray | None):
+    """Per row: the fitted s², the best (φ, ρ, κ) point and the known noise's variance (0 where it is fitted).
+    The noise is taken as known for the rows of a paired difference (degree 0) whose `noise` is finite."""
+    rows = np.arange(len(values))
     likelihoods, scales = log_likelihoods(values, degree, walk)
     best = likelihoods.argmax(axis=1)
-    scale, points = scales[np.arange(len(values)), best], grid(walk)[best]
-    variance = scale * mean_variance_units(points, window, before + size - window)
-    whole = scale * mean_variance_units(points, size, before)
+    scale, points, known = scales[rows, best], grid(walk)[best], np.zeros(len(values))
+    measured = np.zeros(len(values), dtype=bool) if noise is None or degree else np.isfinite(noise) & walk
+    for chunk in np.array_split(np.flatnonzero(measured), max(1, measured.sum() // 64)):
+        if len(chunk):
+            likelihoods, scales = known_noise_likelihoods(values[chunk], noise[chunk])
+            choice = likelihoods.argmax(axis=1)
+            scale[chunk], points[chunk] = scales[np.arange(len(chunk)), choice], grid()[grid()[:, 1] == 0][choice]
+            known[chunk] = noise[chunk]
+    return scale, points, known
+
+
+def fit(
+    values: np.ndarray, window: int, degree: int, before: int = 0, walk: bool = True, noise: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Per row of values (a curve of T epochs whose walk started `before` epochs ahead of the first; no walk unless
+    `walk`; its white noise's variance `noise`, per row, where known): the variance of the mean of the last
+    `window` values, its degrees of freedom, the window's effective n (the detrended values' variance over V), and
+    the fitted φ and κ."""
+    size = values.shape[1]
+    scale, points, known = best_points(values, degree, walk, noise)
+    # a constant series has no spread (its fitted scale would be rounding alone)
     spread = detrended_variance(values, degree)
+    variance = scale * mean_variance_units(points, window, before + size - window) + known / window
+    variance = np.where(np.ptp(values, axis=1) > 0, variance, 0.0)
+    whole = scale * mean_variance_units(points, size, before) + known / size
     most = max(size / window + 1 - degree, MIN_DF)
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.minimum(np.where(whole > 0, np.maximum(spread / whole - 1, MIN_DF), MIN_DF), most)

@@ -11,7 +11,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.tsa.stattools import acovf
 
 from pipelines.defs.resources import WarehouseConfig
-from pipelines.stats import intervals, study
+from pipelines.stats import intervals
 
 WINDOW = 50
 DEFAULT_METHOD = WarehouseConfig.model_fields["ci_method"].default
@@ -121,26 +121,6 @@ def test_window_variance_equals_the_double_sum_of_ar1_covariances():
     lags = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
     direct = (drift * phi**lags).sum() / n**2 + noise / n
     assert intervals.window_variance(np.array(drift), np.array(phi), np.array(noise), n) == pytest.approx(direct)
-
-
-def test_study_bartlett_reference_matches_arch():
-    from arch.covariance.kernel import Bartlett
-
-    values = ar1_curves(seed=8, runs=1, epochs=200, phi=0.6)
-    gamma = intervals.autocovariances(values, 1)[0]
-    rho = gamma[1] / gamma[0]
-    bandwidth = 1.1447 * (4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2) * 200) ** (1 / 3)
-    expected = Bartlett(values[0], bandwidth=bandwidth).cov.long_run[0, 0]
-    runs = study.Runs(values, np.zeros_like(values), 0.6)
-    assert study.bartlett_variance(runs, 1)[0][0] == pytest.approx(expected, rel=1e-9)
-
-
-def test_study_noise_estimate_is_the_spread_of_group_means():
-    # No drift: an epoch's mean reward varies by its sampling noise alone, whose variance each epoch's group means
-    # estimate; over 200 × 200 epochs both must be noise_sd² (about 1% sampling error).
-    runs = study.simulate(np.random.default_rng(4), 200, 200, 0.0, False, drift_sd=0.0, noise_sd=0.05)
-    assert runs.values.var(axis=1, ddof=1).mean() == pytest.approx(0.05**2, rel=0.03)
-    assert runs.noise_variance.mean() == pytest.approx(0.05**2, rel=0.03)
 
 
 def test_study_restricted_likelihood_matches_the_density_of_error_contrasts():
@@ -302,17 +282,6 @@ def test_two_flat_windows_have_no_interval_and_make_no_claim(ci_method):
         None,
     )
     assert pair["resolved_reason"].startswith("no interval")
-
-
-def test_study_reml_picks_from_the_whole_grid_what_the_warehouse_fit_does():
-    # The study fits every grid point once per run and picks the capped and the uncapped fit from them: each must be
-    # the fit intervals.reml_fit makes over its own grid.
-    runs = study.simulate(np.random.default_rng(7), 6, 80, 0.95, True)
-    epochs = np.arange(80.0)
-    capped, uncapped = intervals.reml_fit(runs.values, epochs, 30), intervals.reml_fit(runs.values, epochs, 30, 0.995)
-    assert capped["phi"].max() <= 78 / 82 < uncapped["phi"].max()  # the cap is reached, so the two differ
-    assert study.reml_variance(runs, 30)[0] == pytest.approx(capped["variance"], rel=1e-12)
-    assert study.reml_uncapped_variance(runs, 30)[0] == pytest.approx(uncapped["variance"], rel=1e-12)
 
 
 def test_an_interval_that_is_not_finite_makes_no_claim():

@@ -9,7 +9,7 @@ from scipy import stats as scipy_stats
 from scipy.linalg import null_space
 from statsmodels.tsa.stattools import acovf
 
-from pipelines.stats import intervals
+from pipelines.stats import intervals, structural
 
 OPTIONS = {"level": 0.95, "fit_epochs": 200}
 
@@ -149,3 +149,52 @@ def test_a_constant_window_has_no_interval():
         epochs, np.full(8, 0.5), nan, epochs, np.full(8, 0.75), nan, 4, method="reml", **OPTIONS
     )
     assert (got["delta"], got["ci_low"], got["ci_high"]) == (0.25, None, None)
+
+
+def test_structural_run_interval_is_the_fit_without_a_walk_and_its_t_quantile():
+    values = ar1_curve(6, 150, 0.9)
+    got = intervals.run_interval(np.arange(150), values, np.full(150, np.nan), 50, method="structural", **OPTIONS)
+    fitted = structural.fit(values[None], 50, 2, walk=False)
+    half = scipy_stats.t.ppf(0.975, fitted["df"][0]) * math.sqrt(fitted["variance"][0])
+    assert (got["variance"], got["df"], got["ar_coefficient"]) == (
+        pytest.approx(fitted["variance"][0], rel=1e-12),
+        fitted["df"][0],
+        fitted["phi"][0],
+    )
+    assert got["df"] <= 150 / 50 + 1 - 2
+    assert (got["ci_low"], got["ci_high"]) == (
+        pytest.approx(values[-50:].mean() - half, rel=1e-4),
+        pytest.approx(values[-50:].mean() + half, rel=1e-4),
+    )
+    assert got["claimable"] and got["reason"] is None
+
+
+def test_structural_contrast_fits_the_paired_difference_over_the_common_epochs():
+    # Run a lacks epochs 10-19 and has a NaN at 70; run b starts at epoch 5: the difference is fitted on the epochs
+    # both have, its walk counted from the runs' start (b's 5 epochs before epoch 5... a's 5 epochs 0-4).
+    epochs_a = np.r_[np.arange(0, 10), np.arange(20, 120)]
+    values_a = ar1_curve(7, 110, 0.9)
+    values_a[60] = np.nan  # epoch 70
+    epochs_b = np.arange(5, 120)
+    values_b = ar1_curve(8, 115, 0.9) + 0.05
+    nan = np.full(120, np.nan)
+    got = intervals.pair_interval(epochs_a, values_a, nan, epochs_b, values_b, nan, 30, method="structural", **OPTIONS)
+    common = np.array([e for e in range(5, 120) if e < 10 or (e >= 20 and e != 70)])
+    difference = values_b[np.searchsorted(epochs_b, common)] - values_a[np.searchsorted(epochs_a, common)]
+    fitted = structural.fit(difference[None], 30, 0, before=5)
+    assert len(common) == 104
+    assert got["delta"] == pytest.approx(values_b[-30:].mean() - values_a[-30:].mean())
+    assert (got["variance"], got["df"]) == (pytest.approx(fitted["variance"][0], rel=1e-12), fitted["df"][0])
+    half = scipy_stats.t.ppf(0.975, got["df"]) * math.sqrt(got["variance"])
+    assert got["ci_high"] == pytest.approx(got["delta"] + half, rel=1e-4)
+    assert got["claimable"]
+
+
+def test_structural_claims_nothing_on_too_few_epochs_but_shows_its_interval():
+    a, b, nan = ar1_curve(9, 40, 0.9), ar1_curve(10, 40, 0.9), np.full(40, np.nan)
+    pair = intervals.pair_interval(np.arange(40), a, nan, np.arange(40), b, nan, 20, method="structural", **OPTIONS)
+    assert pair["ci_low"] < pair["delta"] < pair["ci_high"]
+    assert (pair["claimable"], pair["reason"]) == (False, "too few epochs for an honest interval: 40 < 50")
+    run = intervals.run_interval(np.arange(40), a, nan, 20, method="structural", **OPTIONS)
+    assert run["ci_low"] < run["estimate"] < run["ci_high"]
+    assert (run["claimable"], run["reason"]) == (False, "too few epochs for an honest interval: 40 < 100")
