@@ -4,6 +4,11 @@ import json
 import os
 from pathlib import Path
 
+import duckdb
+import polars as pl
+
+from pipelines.models import load_models
+
 
 def epoch_document(epoch: int, n: int = 4, **extras) -> dict:
     """A small valid epoch document with n trajectories; rewards 0.0, 0.25, ... and advantages their negatives."""
@@ -62,3 +67,16 @@ def record_duckdb_connections(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(duckdb, "connect", recording)
     return opened
+
+
+def empty_table_sql(model: str) -> str:
+    """Creates the model's table empty, of the columns its schema.yml declares."""
+    declared = ", ".join(f"{column.name} {column.data_type}" for column in load_models()[model].columns)
+    return f"create or replace table {model} ({declared})"
+
+
+def empty_table(model: str) -> pl.DataFrame:
+    """The model's table empty, of the columns and types its schema.yml declares."""
+    with duckdb.connect() as con:
+        con.execute(empty_table_sql(model))
+        return con.table(model).pl()

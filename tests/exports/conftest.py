@@ -9,6 +9,7 @@ RUNS = pl.DataFrame(
     {
         "run_id": ["r_long", "r_mid", "r_short", "solo"],
         "release": ["rel", "rel", "rel", "rel2"],
+        "release_root": ["/data/rel", "/data/rel", "/data/rel", "/data/rel2"],
         "reward_family": ["pairwise", "pairwise", "pairwise", "binary"],
         "fp_per_group": [2, 4, None, None],
         "group_size": [8, 8, 8, 4],

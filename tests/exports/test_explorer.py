@@ -11,6 +11,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
+from helpers import empty_table
 from test_export_assets import build_tables, record_fingerprints, write_build_db
 
 from pipelines.defs.exports.assets import run_explorer
@@ -270,6 +271,8 @@ def explorer_build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataF
             explorer.epochs.select("run_id", "epoch", "snapshot_id"), on=["run_id", "epoch"]
         ),
         "reward_breakdowns": explorer.breakdowns,
+        "trajectory_transcripts": empty_table("trajectory_transcripts"),
+        "matched_window_values": empty_table("matched_window_values"),
     }
 
 

@@ -4,6 +4,7 @@ import math
 
 import duckdb
 import polars as pl
+from helpers import empty_table_sql
 
 from pipelines.models import load_models, run_model, set_parameters
 
@@ -173,6 +174,7 @@ def create_staging(
         con.register("frame", frame)
         con.execute(f"create or replace table {table} as select * from frame")
         con.unregister("frame")
+    con.execute(empty_table_sql("trajectory_transcripts"))  # the fixture's runs have no transcripts
 
 
 def build_marts(con: duckdb.DuckDBPyConnection, params: dict | None = None) -> None:
