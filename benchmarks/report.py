@@ -46,7 +46,8 @@ def format_table(label: str, summary: dict) -> str:
     lines = [
         f"\n{label}: {summary['runs']} runs, {summary['files']:,} epoch files, {summary['bytes'] / 1e6:,.0f} MB "
         f"of JSON, {summary['trajectories']:,} trajectories; {summary['stdlib_fallbacks']} file(s) need the "
-        f"stdlib parser (NaN/Infinity)",
+        f"stdlib parser (NaN/Infinity); {summary.get('transcript_files', 0):,} transcript files, "
+        f"{summary.get('transcript_bytes', 0) / 1e6:,.0f} MB",
         f"  {'figure':<38} {'work':>9} {'process':>9} {'cpu':>9} {'peak proc':>10} {'peak tree':>10}  note",
     ]
     for what, name, note in rows:

@@ -28,12 +28,38 @@ def _epoch_paths(run) -> list[Path]:
     return [f.path for f in list_run(run).epoch_files]
 
 
-def _decode_run(run) -> tuple[int, int, int]:
-    """Reads and JSON-decodes a run's epoch files with the ingest's own parser; (files, bytes, stdlib fallbacks)."""
+def _record_texts(path: Path, data: bytes) -> list[bytes]:
+    """The JSON texts of a transcript file's records: each line of JSON Lines, or the whole of a .json."""
+    from pipelines.release.transcripts import JSON_LINES_SUFFIXES
+
+    records = data.splitlines() if path.name.endswith(JSON_LINES_SUFFIXES) else [data]
+    return [record for record in records if record.strip()]
+
+
+def _transcript_records(run):
+    """Each transcript file of a run (what the ingest indexes), as its bytes and its records' JSON texts."""
+    from pipelines.release.discover import list_run
+
+    for file in list_run(run).transcript_files:
+        data = file.path.read_bytes()
+        yield data, _record_texts(file.path, data)
+
+
+def _decode_run(run) -> tuple[int, int, int, int, int]:
+    """Reads and JSON-decodes a run's epoch files with the ingest's own parser, and each record of its transcript
+    files with orjson; (files, bytes, stdlib fallbacks, transcript files, transcript bytes)."""
     import orjson
 
     from pipelines.release.decode import DecodeError, parse_json
 
+    transcript_files = transcript_bytes = 0
+    for data, records in _transcript_records(run):
+        transcript_files, transcript_bytes = transcript_files + 1, transcript_bytes + len(data)
+        for record in records:
+            try:
+                orjson.loads(record)
+            except orjson.JSONDecodeError:
+                pass  # a damaged line costs its read; the ingest reports it
     files = size = fallbacks = 0
     for path in _epoch_paths(run):
         data = path.read_bytes()
@@ -47,11 +73,12 @@ def _decode_run(run) -> tuple[int, int, int]:
                 parse_json(data)
             except DecodeError:
                 pass
-    return files, size, fallbacks
+    return files, size, fallbacks, transcript_files, transcript_bytes
 
 
 def step_decode(releases: list[str], workers: int) -> dict:
-    """The lower bound: list, read and JSON-decode every epoch file, nothing else, in as many processes as ingest."""
+    """The lower bound: list, read and JSON-decode every epoch file and transcript record, nothing else, in as many
+    processes as ingest."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -63,11 +90,13 @@ def step_decode(releases: list[str], workers: int) -> dict:
     else:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             parts = list(pool.map(_decode_run, runs))
-    files, size, fallbacks = (sum(p[i] for p in parts) for i in range(3))
+    files, size, fallbacks, transcript_files, transcript_bytes = (sum(p[i] for p in parts) for i in range(5))
     return {
         "seconds": time.perf_counter() - started,
         "files": files,
         "bytes": size,
+        "transcript_files": transcript_files,
+        "transcript_bytes": transcript_bytes,
         "stdlib_fallbacks": fallbacks,
         "workers": workers,
         "runs": len(runs),
@@ -75,11 +104,19 @@ def step_decode(releases: list[str], workers: int) -> dict:
 
 
 def step_json(releases: list[str]) -> dict:
-    """The plain reference: list, read and decode every epoch file with the stdlib json.loads, in one process."""
+    """The plain reference: list, read and decode every epoch file and transcript record with the stdlib json.loads,
+    in one process."""
     started = time.perf_counter()
     runs, _ = run_folders(releases)
     files = size = 0
     for run in runs:
+        for data, records in _transcript_records(run):
+            files, size = files + 1, size + len(data)
+            for record in records:
+                try:
+                    json.loads(record)
+                except ValueError:
+                    pass
         for path in _epoch_paths(run):
             data = path.read_bytes()
             files, size = files + 1, size + len(data)
@@ -122,7 +159,7 @@ def step_transcripts(releases: list[str]) -> dict:
 
     from pipelines.lake.transcripts import transcript_frame
     from pipelines.release.discover import list_run
-    from pipelines.release.transcripts import JSON_LINES_SUFFIXES, index_transcripts
+    from pipelines.release.transcripts import index_transcripts
 
     started = time.perf_counter()
     runs, _ = run_folders(releases)
@@ -132,8 +169,7 @@ def step_transcripts(releases: list[str]) -> dict:
         for path in paths:
             data = path.read_bytes()
             size += len(data)
-            parts = data.splitlines() if path.name.endswith(JSON_LINES_SUFFIXES) else [data]
-            records += sum(1 for part in parts if part.strip() and orjson.loads(part) is not None)
+            records += sum(orjson.loads(part) is not None for part in _record_texts(path, data))
     index_started = time.process_time()
     for run_id, paths in files.items():
         indexed = [(path.name, index_transcripts(path.read_bytes(), path.name)) for path in paths]

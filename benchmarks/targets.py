@@ -55,6 +55,8 @@ def summarize(raw: dict) -> dict:
         "files": first["decode_lower_bound"]["files"],
         "bytes": first["decode_lower_bound"]["bytes"],
         "stdlib_fallbacks": first["decode_lower_bound"]["stdlib_fallbacks"],
+        "transcript_files": first["decode_lower_bound"].get("transcript_files", 0),
+        "transcript_bytes": first["decode_lower_bound"].get("transcript_bytes", 0),
         "runs": first["decode_lower_bound"]["runs"],
         "trajectories": first["ingest_full"]["trajectories"],
         "no_change_files_parsed": max(r["result"]["files_parsed"] for r in raw["ingest_no_change"]),
