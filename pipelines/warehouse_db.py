@@ -19,10 +19,11 @@ from pipelines.code_versions import code_version
 from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
 from pipelines.lake.paths import RUN_TABLES, lake_files, lake_runs, table_stamps
 from pipelines.lake.transcripts import TRANSCRIPT_COLUMNS
+from pipelines.lake.wide import view_columns
 from pipelines.lake_store import LakePath, file_stamp, in_bucket, lake_root, real_location
 from pipelines.models import sql_identifier, sql_string
 from pipelines.parameters import DECLARED
-from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, column_order
+from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS
 from pipelines.release.registry import RUN_COLUMNS
 from pipelines.settings import published_path
 
@@ -261,8 +262,8 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
         if files:
             source, names = lake_source(con, files, view)
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
-            # which runs the lake holds.
-            body = f"select {', '.join(sql_identifier(name) for name in column_order(names, schema))} from {source}"
+            # which runs the lake holds. At most MAX_EXTRA_COLUMNS extra keys (lake.wide).
+            body = f"select {', '.join(sql_identifier(name) for name in view_columns(names, schema))} from {source}"
         else:
             body = _empty_select(schema)
         con.execute(f"create or replace view lake.{view} as {body}")

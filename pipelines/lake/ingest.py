@@ -50,6 +50,7 @@ from pipelines.lake.transcripts import (
     transcript_inventory,
     transcript_sources,
 )
+from pipelines.lake.wide import wide_notes
 from pipelines.lake_store import LakePath, lake_root, real_location
 from pipelines.release.decode import DecodeError, parse_document
 from pipelines.release.discover import OTHER_JSON_LAYOUT, EpochFile, RunListing
@@ -100,6 +101,7 @@ def ingest_run(
         notes = drift_notes(epoch_kinds) + drift_notes(trajectory_kinds)
         errors = _run_errors(listing, lake, parsed, notes, epochs, trajectories, (sources, transcripts))
         epochs, trajectories = _in_order(epochs, trajectories)
+        errors = concat_frames([errors, wide_notes(run_id, lake, epochs, trajectories)])
         kinds = {"epochs": epoch_kinds, "trajectories": trajectory_kinds, TRANSCRIPTS: transcripts.kinds}
         tables = {"epochs": epochs, "trajectories": trajectories, TRANSCRIPTS: transcripts.frame}
         outcomes = (parsed.outcomes, sources, transcripts.outcomes)
@@ -146,7 +148,8 @@ def _parse_changes(work: RunWork, lake: LakePath, max_file_bytes: int, previous:
             ("epochs", new_epochs, EPOCH_COLUMNS),
             ("trajectories", new_trajectories, TRAJECTORY_COLUMNS),
         ):
-            old_frame = None if whole else keep_rows(read_partition(lake, table, run_id), stale)
+            # No manifest (none yet, or of other code): every stored row is stale, and so are its columns.
+            old_frame = None if whole or not previous else keep_rows(read_partition(lake, table, run_id), stale)
             old = (old_frame if old_frame is not None else pl.DataFrame(), old_kinds.get(table, {}))
             merged[table] = combine([old, (new_frame, new_kinds[table])], schema)
         if (
@@ -246,7 +249,7 @@ def _run_errors(
             missing_document_errors(run_id, current, {path: vars(o) for path, o in parsed.outcomes.items()}),
         ]
     )
-    errors = errors.filter(~pl.col("error_kind").is_in(["type_drift", "extra_length_mismatch"]))
+    errors = errors.filter(~pl.col("error_kind").is_in(["type_drift", "extra_length_mismatch", "wide_extras"]))
     drift = [
         error_row(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
         for note in notes

@@ -267,3 +267,17 @@ def test_a_pool_of_two_workers_ingests_new_and_changed_runs_as_one_process_does(
             assert pl.read_parquet(partition_file(pooled, table, run)).equals(
                 pl.read_parquet(partition_file(alone, table, run))
             ), (run, table)
+
+
+def test_a_manifest_of_other_code_leaves_none_of_its_runs_columns_behind(tmp_path, write_epoch):
+    from pipelines.lake.paths import manifest_file
+
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0, epoch_document(0, n=2, lr=0.1))
+    ingest(release, lake)
+    path = partition_file(lake, "epochs", "run")
+    pl.read_parquet(path).with_columns(made_by_other_code=pl.lit(1)).write_parquet(path)
+    manifest_file(lake, "run").write_text("{}")  # as read_manifest takes a manifest of other code: none
+    assert ingest(release, lake).files_parsed == 1
+    assert "made_by_other_code" not in table(lake, "epochs").columns
+    assert table(lake, "epochs")["lr"].to_list() == [0.1]
