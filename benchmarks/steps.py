@@ -16,7 +16,7 @@ CHECK_STEP = "select_runs"  # not a Dagster step: the CLI's look at what changed
 
 
 def run_folders(releases: list[str]):
-    from pipelines.release.discover import find_run_folders
+    from pipelines.release.releases import find_run_folders
 
     runs, _, problems = find_run_folders([r if r.startswith("s3://") else Path(r) for r in releases])
     return [runs[k] for k in sorted(runs)], problems

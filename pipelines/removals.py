@@ -10,7 +10,8 @@ from pathlib import Path
 from pipelines.lake.manifest import read_manifest
 from pipelines.lake.paths import gone_runs
 from pipelines.lake_store import real_location
-from pipelines.release.discover import RunFolder, release_problem
+from pipelines.release.discover import RunFolder
+from pipelines.release.releases import release_problem
 
 
 class RemovalRefused(Exception):

@@ -15,8 +15,9 @@ import pydantic
 from pipelines.lake_store import LakePath, in_bucket, lake_problem, lake_root
 from pipelines.models import sql_string
 from pipelines.parameters import DECLARED, PARAMETERS, Parameter
-from pipelines.release.discover import RunFolder, SkippedEntry, find_run_folders, release_problem
+from pipelines.release.discover import RunFolder, SkippedEntry
 from pipelines.release.registry import read_registry
+from pipelines.release.releases import find_run_folders, release_problem
 from pipelines.release.sample import ensure_sample, sample_folder_problem
 from pipelines.settings import (
     ENVIRONMENT,

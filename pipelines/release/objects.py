@@ -6,8 +6,8 @@ discover.list_run finds the same layouts, duplicates and stray entries as on a d
 its last-modified time and a digest of its ETag (every write changes it); a bucket has no folder stamps, so a quiet
 run is listed again at each build. Endpoint and credentials come from the AWS SDK's standard chain
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION, a profile, an
-instance role): nothing here names them. The listings that use this tree are discover's (list_object_run,
-list_object_release): discover imports this module, never the other way round.
+instance role): nothing here names them. The listings that use this tree (discover.list_object_run,
+releases.list_object_release) import this module, never the other way round.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pipelines.build
 import pipelines.lake.runs
 from pipelines.build import _partition_blocks, stale_runs
 from pipelines.lake.runs import ingest_runs, select_runs
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 
 LAKE_TABLES = ("epochs", "trajectories", "errors", "files")
 

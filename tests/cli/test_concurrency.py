@@ -13,7 +13,7 @@ from filelock import FileLock
 
 from pipelines.lake.paths import manifest_file
 from pipelines.lake.runs import ingest_run_folder
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.warehouse_db import open_build_db
 
 pytestmark = pytest.mark.slow  # builds, readers and writers in child processes

@@ -201,7 +201,7 @@ def test_the_manifest_is_written_last(tmp_path, write_epoch, monkeypatch):
     """A crash between the Parquet writes and the manifest only means the files are parsed again."""
     import pipelines.lake.ingest
     from pipelines.lake.runs import ingest_run_folder
-    from pipelines.release.discover import find_run_folders
+    from pipelines.release.releases import find_run_folders
 
     release, lake = tmp_path / "release", tmp_path / "lake"
     for epoch in range(2):

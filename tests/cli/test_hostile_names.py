@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipelines.lake.paths import lake_runs, remove_run, run_key
 from pipelines.lake.runs import ingest_runs, select_runs
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.warehouse_db import create_lake_views, duckdb_path, duckdb_path_problem
 
 NAME_MAX = 255  # bytes in one path component, on the usual filesystems

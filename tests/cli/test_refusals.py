@@ -12,7 +12,7 @@ from pipelines.cli import main
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake.paths import register_run
 from pipelines.lake.runs import ingest_runs
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.removals import removal_refusal
 from pipelines.settings import ConfigError
 

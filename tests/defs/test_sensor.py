@@ -18,7 +18,7 @@ from pipelines.defs.ingest.sensors import (
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake.paths import partition_file
 from pipelines.lake.runs import ingest_run_folder, select_runs
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.warehouse_db import lake_dir
 
 SETTLE_NS = 60 * 10**9

@@ -12,7 +12,8 @@ from helpers import epoch_document, touch_later
 from pipelines.lake.ingest import ingest_run
 from pipelines.lake.paths import partition_file
 from pipelines.lake.runs import ingest_runs
-from pipelines.release.discover import find_run_folders, list_run
+from pipelines.release.discover import list_run
+from pipelines.release.releases import find_run_folders
 
 LIMIT = 1 << 20
 

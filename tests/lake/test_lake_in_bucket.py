@@ -15,7 +15,7 @@ from pipelines.lake.parquet import read_parquet
 from pipelines.lake.paths import RUN_TABLES, gone_runs, lake_runs, partition_file, remove_run
 from pipelines.lake.runs import ingest_runs
 from pipelines.lake_store import file_stamp, lake_root, register_lake
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.warehouse_db import create_lake_views
 
 LIMIT = 1 << 20

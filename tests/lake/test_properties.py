@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from pipelines.lake.ingest import ingest_run
 from pipelines.lake.paths import manifest_file, partition_file
 from pipelines.release.decode import DOCUMENTED_KEYS
-from pipelines.release.discover import find_run_folders, list_run
+from pipelines.release.discover import list_run
 from pipelines.release.flatten import EPOCH_COLUMNS, extra_column_name, python_values
+from pipelines.release.releases import find_run_folders
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMIT = 1 << 20

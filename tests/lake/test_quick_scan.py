@@ -18,7 +18,7 @@ from pipelines.lake.manifest import DEFAULT_QUIET_SECONDS, unchanged_by_stamps
 from pipelines.lake.paths import partition_file, remove_run, stamps_file
 from pipelines.lake.runs import ingest_runs
 from pipelines.release import discover
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.settings import ENV_QUIET_SECONDS
 
 HOURS = 2 * 3600 * 10**9  # longer than the default wait

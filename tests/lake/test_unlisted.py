@@ -9,7 +9,8 @@ from helpers import epoch_document
 
 from pipelines.lake.paths import manifest_file, partition_file
 from pipelines.lake.runs import ingest_runs
-from pipelines.release.discover import LocalTree, find_run_folders
+from pipelines.release.discover import LocalTree
+from pipelines.release.releases import find_run_folders
 
 LIMIT = 1 << 20
 

@@ -9,7 +9,7 @@ from helpers import epoch_document
 from pipelines.lake import wide
 from pipelines.lake.paths import partition_file
 from pipelines.lake.runs import ingest_runs
-from pipelines.release.discover import find_run_folders
+from pipelines.release.releases import find_run_folders
 from pipelines.warehouse_db import create_lake_views
 
 

@@ -2,7 +2,8 @@
 
 import os
 
-from pipelines.release.discover import find_run_folders, list_run
+from pipelines.release.discover import list_run
+from pipelines.release.releases import find_run_folders
 
 
 def test_both_layouts_and_every_other_entry_inventoried(tmp_path, write_epoch):

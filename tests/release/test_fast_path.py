@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from pipelines.lake.ingest import ingest_run
 from pipelines.lake.paths import manifest_file, partition_file
 from pipelines.release.decode import DecodeError, decode_epoch
-from pipelines.release.discover import find_run_folders, list_run
+from pipelines.release.discover import list_run
 from pipelines.release.flatten import EPOCH_COLUMNS, TRAJECTORY_COLUMNS, RunColumns, flatten
+from pipelines.release.releases import find_run_folders
 
 LIMIT = 1 << 20
 

@@ -11,8 +11,9 @@ import pipelines.release.objects
 from pipelines.lake.ingest import ingest_run
 from pipelines.lake.paths import partition_file
 from pipelines.lake.runs import select_runs
-from pipelines.release.discover import RunFolder, find_run_folders, list_run, release_problem
+from pipelines.release.discover import RunFolder, list_run
 from pipelines.release.objects import ObjectTree
+from pipelines.release.releases import find_run_folders, release_problem
 
 LIMIT = 1 << 20
 

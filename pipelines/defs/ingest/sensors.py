@@ -14,7 +14,7 @@ from pipelines.defs.ingest import assets as ingest_assets
 from pipelines.defs.ingest.partitions import REFRESHES_TAG, partition_key, run_partitions, runs_by_partition
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.lake.runs import select_runs
-from pipelines.release.discover import find_run_folders, release_problem
+from pipelines.release.releases import find_run_folders, release_problem
 from pipelines.removals import removal_refusal
 
 # The cursor: the tick and a digest per run with files still being written (per-file state is the lake's). One
