@@ -1,11 +1,29 @@
 """Fixtures shared by every test: epoch files written in a tiny release, in-process builds, read-only queries and
-the bundled sample's warehouse."""
+the bundled sample's warehouse; how pytest-xdist's workers share the tests out."""
 
 from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import write_epoch_file
+from helpers import made_once, write_epoch_file
+from xdist import is_xdist_worker
+
+# Session fixtures that build a warehouse or start a server: under pytest-xdist the tests using one run on one worker
+# (an xdist_group of its name), which makes it once.
+SHARED_FIXTURES = ("sample_warehouse", "dagster_ui")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
+def pytest_collection_modifyitems(session, items):
+    """On a pytest-xdist worker: the tests of a shared fixture grouped onto one worker, and the slow tests first, so
+    that the workers share them out while short tests remain to fill the gaps."""
+    if not is_xdist_worker(session):
+        return
+    for item in items:
+        for fixture in SHARED_FIXTURES:
+            if fixture in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group(fixture))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
@@ -41,18 +59,19 @@ def query():
 
 @pytest.fixture(scope="session")
 def sample_warehouse(tmp_path_factory):
-    """The bundled sample release's folders and a warehouse built from them; tests only read it."""
+    """The bundled sample release's folders and a warehouse built from them, once for the whole run; tests only read
+    it (a test that builds again copies it first)."""
     from pipelines.cli import main
-    from pipelines.release.sample import write_sample
+    from pipelines.release.sample import sample_release_dirs, write_sample
 
-    out = tmp_path_factory.mktemp("sample")
-    releases = write_sample(out / "releases")
-    wh = out / "wh"
-    argv = ["build", "--warehouse", str(wh)]
-    for release in releases:
-        argv += ["--release", str(release)]
-    assert main(argv) == 0
-    return releases, wh
+    def make(out: Path) -> None:
+        argv = ["build", "--warehouse", str(out / "wh")]
+        for release in write_sample(out / "releases"):
+            argv += ["--release", str(release)]
+        assert main(argv) == 0
+
+    out = made_once(tmp_path_factory, "sample", make)
+    return sample_release_dirs(out / "releases"), out / "wh"
 
 
 @pytest.fixture(scope="module")

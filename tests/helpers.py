@@ -2,10 +2,13 @@
 
 import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import polars as pl
+from filelock import FileLock
 
 from pipelines.models import load_models
 
@@ -80,3 +83,21 @@ def empty_table(model: str) -> pl.DataFrame:
     with duckdb.connect() as con:
         con.execute(empty_table_sql(model))
         return con.table(model).pl()
+
+
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """A folder that make(folder) fills once for the whole run: under pytest-xdist, the first worker to ask makes it
+    in the run's shared temporary folder while the others wait on a file lock, then all of them read it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    folder = tmp_path_factory.getbasetemp().parent / name  # the run's folder, above each worker's own
+    with FileLock(f"{folder}.lock"):
+        done = folder / ".made"
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # left half made by a worker whose make failed
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder

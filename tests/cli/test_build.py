@@ -1,6 +1,7 @@
 """End to end: `grpo-warehouse build` in-process on small releases, then the published file queried read-only."""
 
 import json
+import shutil
 
 import pytest
 from helpers import epoch_document, record_duckdb_connections
@@ -105,11 +106,12 @@ def test_sample_release_trajectories_match_the_files(sample_warehouse, query):
 
 
 def test_second_build_with_no_change_parses_nothing_and_opens_the_build_database_once(
-    sample_warehouse, query, monkeypatch
+    sample_warehouse, tmp_path, monkeypatch
 ):
     from pipelines.cli import main
 
-    releases, wh = sample_warehouse
+    releases, shared = sample_warehouse
+    wh = shutil.copytree(shared, tmp_path / "wh")  # other tests read the shared one as it was built
     # The run partitions; the release-level tables (lake/*.parquet) are rewritten by the release scan.
     partitions = sorted(path for table in RUN_TABLES for path in lake_files(wh / "lake", table))
     assert len(partitions) == 5 * len(RUN_TABLES)  # every sample run has transcripts

@@ -23,15 +23,6 @@ PAGE_BUDGET = 5_000_000  # bytes, for the sample release
 READY_TIMEOUT = 60
 
 
-@pytest.fixture(scope="module")
-def sample_warehouse(tmp_path_factory):
-    from pipelines.cli import main
-
-    warehouse = tmp_path_factory.mktemp("explorer") / "warehouse"
-    assert main(["build", "--warehouse", str(warehouse), "--workers", "1"]) == 0
-    return warehouse
-
-
 @pytest.fixture
 def offline_browser(tmp_path):
     """Chromium with its console and network logged, and the network off."""
@@ -127,9 +118,10 @@ def open_page(driver, page):
 
 def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehouse, offline_browser):
     driver = offline_browser
-    page = sample_warehouse / "exports" / "explorer" / "index.html"
+    _, warehouse = sample_warehouse
+    page = warehouse / "exports" / "explorer" / "index.html"
     assert page.stat().st_size < PAGE_BUDGET
-    rows = warehouse_rows(sample_warehouse)
+    rows = warehouse_rows(warehouse)
     runs, ablations, epochs = rows["runs"], rows["ablations"], rows["epochs"]
     open_page(driver, page)
     sections = driver.execute_script("return window.explorer.sections.map(s => s.ablation.name)")
