@@ -157,7 +157,7 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     driver.set_window_size(1600, min(driver.execute_script("return document.body.scrollHeight") + 40, 6000))
     time.sleep(0.5)
     driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
-    transcripts_listed_with_links_to_their_files(driver, sample_warehouse, runs, ablations)  # last: it leaves the page
+    transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablations)  # last: it leaves the page
 
 
 def transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablations):
