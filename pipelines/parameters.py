@@ -63,8 +63,7 @@ _SETTINGS = (
     Parameter(
         "releases",
         (),
-        "release folders or bucket prefixes ([scale-out.md](scale-out.md#releases-in-a-bucket)), `:`-separated; "
-        "`grpo-warehouse build` takes `--release`",
+        "release folders or [bucket prefixes](scale-out.md#releases-in-a-bucket), `:`-separated",
         variable="GRPO_RELEASES",
         shown_default="the bundled sample release",
         separated=True,
@@ -79,8 +78,7 @@ _SETTINGS = (
     Parameter(
         "lake_dir",
         "",
-        "the Parquet lake: a folder or a bucket prefix ([scale-out.md](scale-out.md#the-lake-in-a-bucket)); the "
-        "DuckDB files and the exports stay in the warehouse folder",
+        "the Parquet lake: a folder or a [bucket prefix](scale-out.md#the-lake-in-a-bucket)",
         variable="GRPO_LAKE_DIR",
         shown_default="`<warehouse>/lake`",
     ),
@@ -155,7 +153,7 @@ _SETTINGS = (
     Parameter(
         "partitions_per_run",
         25,
-        "with `GRPO_EXECUTOR=dask`, run partitions per Dagster run, in a build's ingest and a backfill of the lake "
+        "with `GRPO_EXECUTOR=dask`, run partitions per Dagster run "
         "([scale-out.md](scale-out.md#run-partitions-on-a-dask-cluster))",
         variable="GRPO_PARTITIONS_PER_RUN",
         low=1,
