@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow  # whole builds of a damaged release
 RUN = "damaged_run"
 GOOD_EPOCHS = {0, 9, 13, 17, 20}
 QUARANTINED = "quarantined: not loaded"
-# source_path -> (error_kind, severity, action): the contract of docs/bad-input.md's table.
+# source_path -> (error_kind, severity, action): as docs/bad-input.md lists them.
 EXPECTED = {
     f"{RUN}/epoch_001_results.json": ("truncated_json", "error", QUARANTINED),
     f"{RUN}/epoch_002_results.json": ("empty_file", "error", QUARANTINED),
