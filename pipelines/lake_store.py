@@ -65,7 +65,11 @@ def write_bytes_atomically(data: bytes, path: LakePath) -> None:
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
-    finally:  # a write that failed (a full disk) leaves no part of a file behind
+    except OSError as exc:  # a full disk: said of the file being written, not of its temporary name
+        if exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:  # a write that failed leaves no part of a file behind
         tmp.unlink(missing_ok=True)
 
 

@@ -1,7 +1,6 @@
 """A value no build can use is refused before any work starts, on one line naming it, with exit status 2; a build
 that would remove runs by mistake is refused; a failure inside a Dagster step reaches the user as its own cause."""
 
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -239,25 +238,6 @@ def test_a_worker_process_failure_is_reported_by_its_error_not_its_traceback_tex
     assert failure_reason(dg.materialize([ingests_in_a_pool], raise_on_error=False)) == (
         "the build failed in ingests_in_a_pool: OSError: [Errno 28] No space left on device"
     )
-
-
-def test_a_lake_write_that_fails_leaves_no_part_of_a_file(tmp_path, monkeypatch):
-    import polars as pl
-
-    from pipelines.lake.parquet import write_atomically
-
-    def fills_the_disk(frame, path, **options):
-        Path(path).write_bytes(b"PAR1 half a file")
-        raise OSError(28, "No space left on device")
-
-    frame = pl.DataFrame({"x": [1]})
-    write_atomically(frame, tmp_path / "t" / "data.parquet")
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", fills_the_disk)
-    with pytest.raises(OSError, match="No space left"):
-        write_atomically(frame.with_columns(x=pl.lit(2)), tmp_path / "t" / "data.parquet")
-    assert [p.name for p in (tmp_path / "t").iterdir()] == ["data.parquet"]
-    monkeypatch.undo()
-    assert pl.read_parquet(tmp_path / "t" / "data.parquet")["x"].to_list() == [1]  # the previous file, whole
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 from helpers import epoch_document, touch_later
 
 from pipelines.lake.ingest import ingest_run
-from pipelines.lake.paths import partition_file
+from pipelines.lake.paths import manifest_file, partition_file
 from pipelines.lake.runs import ingest_runs
 from pipelines.release.discover import list_run
 from pipelines.release.releases import find_run_folders
@@ -282,3 +282,33 @@ def test_a_manifest_of_other_code_leaves_none_of_its_runs_columns_behind(tmp_pat
     assert ingest(release, lake).files_parsed == 1
     assert "made_by_other_code" not in table(lake, "epochs").columns
     assert table(lake, "epochs")["lr"].to_list() == [0.1]
+
+
+def test_a_disk_that_fills_while_a_run_is_written_leaves_no_part_taken_as_done(tmp_path, write_epoch, monkeypatch):
+    release, lake = tmp_path / "rel", tmp_path / "lake"
+    write_epoch(release / "run", 0, epoch_document(0, n=3))
+    ingest(release, lake)
+    manifest = manifest_file(lake, "run").read_bytes()
+    write_epoch(release / "run", 1, epoch_document(1, n=5))
+    trajectories = partition_file(lake, "trajectories", "run")
+    write_bytes = Path.write_bytes
+
+    def fills_the_disk(path, data):  # the epochs partition is written, the trajectories' half, then the disk is full
+        if path.parent == trajectories.parent:
+            write_bytes(path, data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+        return write_bytes(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", fills_the_disk)
+    with pytest.raises(OSError) as failed:
+        ingest(release, lake)
+    monkeypatch.undo()
+    assert str(failed.value) == f"[Errno 28] No space left on device: '{trajectories}'"  # the file, not its temp
+    assert [p.name for p in lake.rglob("*tmp*")] == []
+    assert manifest_file(lake, "run").read_bytes() == manifest  # the run is not recorded as ingested
+    assert table(lake, "trajectories")["epoch"].to_list() == [0] * 3
+
+    assert ingest(release, lake).files_parsed == 1  # space freed: the next ingest completes
+    ingest(release, tmp_path / "fresh")
+    for name in ("epochs", "trajectories", "files", "errors"):
+        assert table(lake, name).equals(table(tmp_path / "fresh", name), null_equal=True), name
