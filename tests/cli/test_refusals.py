@@ -1,7 +1,6 @@
 """A value no build can use is refused before any work starts, on one line naming it, with exit status 2; a build
 that would remove runs by mistake is refused; a failure inside a Dagster step reaches the user as its own cause."""
 
-
 import dagster as dg
 import pytest
 from helpers import epoch_document, write_epoch_file
