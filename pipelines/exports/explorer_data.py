@@ -19,6 +19,20 @@ MAX_CONTRASTS_ON_PAGE = 60
 # run × epochs of an ablation (every k-th loaded epoch of each run).
 HISTOGRAM_BINS = 20
 HISTOGRAM_EPOCHS = 2400
+# The page's epochs: epoch_metrics and, in epochs with transcripts, their measures (transcript_metrics), which the
+# page plots beside the reward.
+EXPLORER_EPOCHS_SQL = """
+select
+    m.*,
+    t.mean_content_chars as transcript_chars,
+    t.top_mean_content_chars as transcript_chars_top_third,
+    t.bottom_mean_content_chars as transcript_chars_bottom_third,
+    t.mean_turns as transcript_turns,
+    t.mean_tool_calls as transcript_tool_calls
+from epoch_metrics as m
+left join transcript_metrics as t using (run_id, epoch)
+order by m.run_id, m.epoch
+"""
 # The smoothing slider reproduces these from mean_reward; the page does not carry them.
 DERIVED_COLUMNS = {"reward_ema", "reward_rolling"}
 # mean_reward keeps every digit (the slider must reproduce reward_ema exactly); the other columns keep float32's

@@ -272,6 +272,7 @@ def explorer_build_tables(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataF
         ),
         "reward_breakdowns": explorer.breakdowns,
         "trajectory_transcripts": empty_table("trajectory_transcripts"),
+        "transcript_metrics": empty_table("transcript_metrics"),
         "matched_window_values": empty_table("matched_window_values"),
     }
 

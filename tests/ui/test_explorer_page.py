@@ -143,6 +143,7 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     table_sorts_and_filters(driver, runs, ablations, rows["matched"])
     downloads_are_what_is_drawn(driver)
     all_runs_overlaid(driver, runs, ablations)
+    transcript_lengths_beside_the_reward(driver, sample_warehouse, runs, ablations)
 
     # Nothing was fetched: every request of the page was the page itself.
     events = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
@@ -158,6 +159,36 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     time.sleep(0.5)
     driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
     transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablations)  # last: it leaves the page
+
+
+def transcript_lengths_beside_the_reward(driver, warehouse, runs, ablations):
+    """Under the binary run's reward, its transcripts' length per epoch with transcripts, unsmoothed: the mean
+    characters of content (solid) and that of the top third of finite rewards, ties by position (dashed), worked out
+    here from the trajectories' rows."""
+    run = "binary_v1_grpo_binary_v1_bs64"
+    section = ablations.index(dict(runs)[run])
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "select t.epoch, t.traj_index, t.content_chars, f.reward from trajectory_transcripts as t "
+            "join fact_trajectories as f using (run_id, epoch, traj_index) "
+            "where run_id = ? and t.transcript_path is not null",
+            [run],
+        ).fetchall()
+    by_epoch: dict[int, list] = {}
+    for epoch, traj_index, chars, reward in rows:
+        by_epoch.setdefault(epoch, []).append((reward, traj_index, chars))
+    mean = {e: np.mean([c for _, _, c in v]) for e, v in by_epoch.items()}
+    finite = {e: [r for r in v if r[0] is not None and np.isfinite(r[0])] for e, v in by_epoch.items()}
+    top = {
+        e: np.mean([c for _, _, c in sorted(v, key=lambda r: (-r[0], r[1]))[: -(-len(v) // 3)]])
+        for e, v in finite.items()
+        if v
+    }
+    assert len(mean) > 10
+    for dataset, expected in (("transcripts_0", mean), ("transcripts_1", top)):
+        drawn = drawn_rows(driver, section, run, dataset)
+        assert sorted(drawn) == sorted(expected), dataset
+        assert all(drawn[e] == pytest.approx(expected[e], rel=1e-6) for e in expected), dataset
 
 
 def transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablations):

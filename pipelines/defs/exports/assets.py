@@ -23,7 +23,7 @@ from pipelines.exports.explorer import (
     library_versions,
     vega_bundle,
 )
-from pipelines.exports.explorer_data import histogram_sql, joined_epochs
+from pipelines.exports.explorer_data import EXPLORER_EPOCHS_SQL, histogram_sql, joined_epochs
 from pipelines.exports.files import table_files, write_if_changed
 from pipelines.exports.report import (
     ReportSettings,
@@ -79,11 +79,12 @@ EXPLORER_INPUTS = (
     "snapshots",
     "reward_breakdowns",
     "trajectory_transcripts",
+    "transcript_metrics",
     "matched_window_values",
 )
 EXPLORER_QUERIES = {
     "runs": RUNS_SQL,
-    "epochs": "select * from epoch_metrics order by run_id, epoch",
+    "epochs": EXPLORER_EPOCHS_SQL,
     "epoch_files": "select * from fact_epochs",  # loss, KL, the numeric extras, snapshot_id: joined_epochs
     "histograms": histogram_sql(),
     "summary": "select * from run_summary order by run_id",

@@ -102,7 +102,13 @@
   const METRIC_TITLES = {
     mean_reward: "mean reward", frac_zero_std_groups: "share of flat groups (no learning signal)",
     sample_entropy: "sample entropy", train_entropy: "train entropy", kl_sample_train: "KL (sample ‖ train)",
+    transcript_chars: "transcript characters", transcript_chars_top_third: "transcript characters, top third by reward",
+    transcript_chars_bottom_third: "transcript characters, bottom third by reward", transcript_turns: "transcript turns",
+    transcript_tool_calls: "transcript tool calls",
   };
+  // Measures of the transcripts, which only some epochs have: drawn as they are, a smoothing over so few points
+  // would lag by many epochs.
+  const unsmoothed = (metric) => metric.startsWith("transcript_");
   const metricTitle = (m) => METRIC_TITLES[m] || m;
   const X_TITLES = { epoch: "epoch", trajectories: "trajectories seen" };
 
@@ -160,6 +166,8 @@
     if (has("frac_zero_std_groups")) panels.push({ name: "flat", metrics: ["frac_zero_std_groups"], height: 120 });
     const entropies = ["sample_entropy", "train_entropy"].filter(has);
     if (entropies.length) panels.push({ name: "entropy", metrics: entropies, height: 120 });
+    const lengths = ["transcript_chars", "transcript_chars_top_third"].filter(has);
+    if (lengths.length) panels.push({ name: "transcripts", metrics: lengths, height: 120, axis: "characters" });
     return panels;
   }
 
@@ -177,7 +185,7 @@
     if (kept && kept.weight === explorer.weight) return kept.values;
     const series = section.ablation.series[runId];
     const raw = series && series[metric];
-    const values = raw ? ema(raw, explorer.weight) : null;
+    const values = raw ? (unsmoothed(metric) ? raw : ema(raw, explorer.weight)) : null;
     section.smoothed.set(key, { weight: explorer.weight, values });
     return values;
   }
@@ -337,7 +345,7 @@
   const COLOUR = { field: "colour", type: "nominal", scale: null, legend: null };
 
   function panelTitle(section, panel) {
-    const smoothing = "smoothed";
+    const smoothing = panel.name === "main" && unsmoothed(section.state.metric) ? "not smoothed" : "smoothed";
     const [group, members] = section.ablation.overlay ? ["ablation", "runs"] : ["configuration", "seeds"];
     const what = grouped(section)
       ? `line: the IQM of each ${group}'s ${members}, ${smoothing} · band: their middle half (25th–75th percentile)`
@@ -350,11 +358,15 @@
       return { text: metricTitle(section.state.metric), subtitle: what + matched + log };
     }
     if (panel.name === "flat") return { text: "Groups with no learning signal", subtitle: "share of groups whose rewards are all equal (zero advantage), smoothed" };
+    if (panel.name === "transcripts") {
+      return { text: "Transcript length", subtitle: "characters of content per transcript, in epochs with transcripts · solid: "
+               + "mean of the epoch's · dashed: of its top third by reward · not smoothed" };
+    }
     return { text: "Entropy", subtitle: "solid: sample entropy · dashed: train entropy, smoothed" };
   }
 
   function panelSpec(section, panel, width, x) {
-    const y = (field, extra) => ({ field, type: "quantitative", title: panel.metrics.map(metricTitle).join(" / "),
+    const y = (field, extra) => ({ field, type: "quantitative", title: panel.axis || panel.metrics.map(metricTitle).join(" / "),
                                    scale: { zero: false, ...(panel.name === "main" && section.state.log ? { type: "log" } : {}) },
                                    ...(panel.name === "flat" ? { axis: { format: "%" } } : {}), ...extra });
     const data = (kind) => ({ name: `${panel.name}_${kind}` });
