@@ -143,7 +143,7 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     table_sorts_and_filters(driver, runs, ablations, rows["matched"])
     downloads_are_what_is_drawn(driver)
     all_runs_overlaid(driver, runs, ablations)
-    transcript_lengths_beside_the_reward(driver, sample_warehouse, runs, ablations)
+    transcript_lengths_beside_the_reward(driver, warehouse, runs, ablations)
 
     # Nothing was fetched: every request of the page was the page itself.
     events = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
