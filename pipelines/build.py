@@ -329,11 +329,13 @@ def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:
         trajectories = count("select count(*) from fact_trajectories")
         quarantined = count("select count(*) from file_inventory where status = 'quarantined'")
         problems = count("select count(*) from ingest_errors")
+        linked = count("select count(transcript_path) from trajectory_transcripts")
         print(
-            f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories, "
-            f"{quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
+            f"\nwarehouse built in {seconds:.1f} s: {runs} runs, {epochs:,} epochs, {trajectories:,} trajectories "
+            f"({linked:,} with a transcript), {quarantined} file(s) quarantined, {problems} row(s) in ingest_errors"
         )
         not_loading = _print_not_loaded(con) + _print_unused_registry_rows(con)
+        show = _show_example(con) if linked else None
     print(f"  DuckDB file: {path}")
     print(f"  Parquet lake: {lake or warehouse / 'lake'}")
     if (warehouse / "exports").is_dir():
@@ -341,7 +343,36 @@ def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:
     if (warehouse / "exports" / "explorer" / "index.html").is_file():
         print(f"  run explorer: {warehouse / 'exports' / 'explorer' / 'index.html'} (open it in a browser)")
     print('  try: grpo-warehouse sql "select * from run_summary"')
+    if show:
+        print(f"  read the transcript behind the highest reward: {show}")
     return not_loading
+
+
+# The trajectory of the highest finite reward among those with a transcript (the latest epoch of ties), and whether
+# its id is in another run too (then show needs --run).
+SHOW_EXAMPLE_SQL = """
+select t.trajectory_id, t.run_id, (select count(distinct o.run_id) from trajectory_transcripts as o
+                                   where o.trajectory_id = t.trajectory_id) as runs
+from trajectory_transcripts as t
+inner join fact_trajectories as f using (run_id, epoch, traj_index)
+where t.transcript_path is not null and isfinite(f.reward)
+order by f.reward desc, t.epoch desc, t.run_id, t.traj_index
+limit 1
+"""
+
+
+def _show_example(con) -> str | None:
+    """The show command that prints the transcript behind the warehouse's highest reward, quoted for a shell."""
+    import shlex
+
+    row = con.execute(SHOW_EXAMPLE_SQL).fetchone()
+    if row is None:
+        return None
+    trajectory_id, run_id, runs = row
+    from pipelines.show import shown
+
+    command = f"grpo-warehouse show {shlex.quote(trajectory_id)}"
+    return shown(command + (f" --run {shlex.quote(run_id)}" if runs > 1 else ""))
 
 
 def _print_unused_registry_rows(con) -> list[str]:

@@ -1,10 +1,12 @@
 """Transcripts through a whole build: linked to their trajectories, measured per epoch against values worked out by
 hand, bad records reported in ingest_errors, and `grpo-warehouse show` printing one, its content as written."""
 
+import duckdb
 import orjson
 import pytest
 from helpers import epoch_document, write_epoch_file
 
+from pipelines.build import _show_example, print_summary
 from pipelines.cli import main
 
 # run_a's rewards per epoch, by position. Its transcript at position k has k + 1 exchanges: a system message, then
@@ -156,3 +158,31 @@ def test_the_sample_transcripts_are_linked_and_the_binary_runs_turn_short_late(s
         "group by epoch >= 420 order by epoch >= 420",
     )
     assert late[0] < 0.6 * early[0]
+
+
+@pytest.mark.slow
+def test_the_summary_counts_linked_trajectories_and_names_the_show_command(built, capsys):
+    _, wh = built
+    print_summary(wh, 1.0)
+    out = capsys.readouterr().out
+    # 12 of run_a (epochs 0 and 1) and b_1; the highest reward with a transcript is a_1_5's 1.0.
+    assert "20 trajectories (13 with a transcript)" in out
+    assert out.splitlines()[-1] == "  read the transcript behind the highest reward: grpo-warehouse show a_1_5"
+
+
+def test_the_show_example_skips_non_finite_rewards_and_names_the_run_of_a_shared_id():
+    with duckdb.connect() as con:
+        con.execute(
+            "create table fact_trajectories as select * from (values ('r 1', 0, 0, 'nan'::double), "
+            "('r 1', 0, 1, 0.5), ('r 1', 1, 0, 0.5), ('r;2', 0, 0, 0.9), ('r;2', 1, 0, 0.5)) "
+            "as t(run_id, epoch, traj_index, reward)"
+        )
+        con.execute(
+            "create table trajectory_transcripts as select * from (values ('r 1', 0, 0, 'a', 'x.jsonl'), "
+            "('r 1', 0, 1, 'b', 'x.jsonl'), ('r 1', 1, 0, 'c d', 'x.jsonl'), ('r;2', 0, 0, 'e', null), "
+            "('r;2', 1, 0, 'c d', null)) as t(run_id, epoch, traj_index, trajectory_id, transcript_path)"
+        )
+        # r;2's 0.9 has no transcript; of the 0.5s the latest epoch's, whose id r;2 has too.
+        assert _show_example(con) == "grpo-warehouse show 'c d' --run 'r 1'"
+        con.execute("update trajectory_transcripts set transcript_path = null")
+        assert _show_example(con) is None
