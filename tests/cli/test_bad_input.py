@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import epoch_document, write_epoch_file
 
-pytestmark = pytest.mark.slow  # whole builds of a damaged release
+# Whole builds of a damaged release; the tests reading the module's one build share a worker, which makes it once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("damaged_warehouse")]
 
 RUN = "damaged_run"
 GOOD_EPOCHS = {0, 9, 13, 17, 20}

@@ -10,7 +10,8 @@ import os
 import pytest
 from helpers import epoch_document, write_epoch_file
 
-pytestmark = pytest.mark.slow  # one whole build
+# One whole build, which the module's tests read on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_input")]
 
 YEAR_2302 = 10_500_000_000  # seconds since 1970: in nanoseconds, past 64 bits
 

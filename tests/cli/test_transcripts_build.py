@@ -9,6 +9,9 @@ from helpers import epoch_document, write_epoch_file
 from pipelines.build import _show_example, print_summary
 from pipelines.cli import main
 
+# One whole build, which the module's tests read on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("transcripts_build")]
+
 # run_a's rewards per epoch, by position. Its transcript at position k has k + 1 exchanges: a system message, then
 # k + 1 times an auditor message (one tool call) and the target's reply, so 2 (k + 1) turns (runs of one role's
 # messages, the system's left out) and k + 1 tool calls.

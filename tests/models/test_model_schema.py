@@ -10,6 +10,9 @@ from pipelines.defs.models.assets import MODELS
 from pipelines.defs.models.checks import declared_checks, evaluate_checks, violations
 from pipelines.defs.resources import WarehouseConfig
 
+# One whole build, which the module's tests read on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model_schema")]
+
 
 @pytest.fixture(scope="module")
 def clean_build(tmp_path_factory) -> WarehouseConfig:

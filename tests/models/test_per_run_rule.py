@@ -15,6 +15,9 @@ from pipelines.defs.models.assets import MODELS
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.models import SQL_DIR, load_models, run_model, set_parameters
 
+# One whole build, which the module's tests read on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("per_run_rule")]
+
 INCREMENTAL = sorted(name for name, model in MODELS.items() if model.incremental_key)
 KEY = "run_id"
 WHOLE = "__whole"  # the suffix the lake views are renamed with, so that a view of the same name can filter them
