@@ -36,7 +36,8 @@ transcripts as (
         coalesce('line ' || line, 'byte ' || byte_offset) as place,
         byte_offset,
         copy_rank,
-        linked
+        linked,
+        n_places
     from transcript_records
 ),
 
@@ -56,6 +57,24 @@ unlinked_transcripts as (
     group by run_id, source_path
 ),
 
+-- A file's records whose trajectory id several trajectories of their run carry (ids reused across epochs, say):
+-- which one a record belongs to is unknown, so none is linked.
+ambiguous_transcripts as (
+    select
+        run_id,
+        source_path,
+        null::bigint as epoch,
+        'transcript_ambiguous' as error_kind,
+        'warning' as severity,
+        count(*) || ' record(s) whose trajectory id several trajectories of run ' || run_id || ' carry, the first '
+        || arg_min(trajectory_id, byte_offset) || ' at ' || arg_min(place, byte_offset) || ' (carried by '
+        || arg_min(n_places, byte_offset) || ')' as message,
+        'indexed: linked to no trajectory' as action
+    from transcripts
+    where n_places > 1
+    group by run_id, source_path
+),
+
 -- A file's records of trajectories whose transcript is linked from an earlier record (by path, then position).
 duplicate_transcripts as (
     select
@@ -71,7 +90,7 @@ duplicate_transcripts as (
     from transcripts as copies
     inner join transcripts as kept
         on copies.run_id = kept.run_id and copies.trajectory_id = kept.trajectory_id and kept.copy_rank = 1
-    where copies.copy_rank > 1 and copies.linked
+    where copies.copy_rank > 1 and copies.n_places = 1
     group by copies.run_id, copies.source_path
 ),
 
@@ -85,6 +104,8 @@ unioned as (
     select * from value_problems
     union all by name
     select * from unlinked_transcripts
+    union all by name
+    select * from ambiguous_transcripts
     union all by name
     select * from duplicate_transcripts
 ),

@@ -1,7 +1,8 @@
 -- One row per trajectory: where its transcript is (the file, its line or byte span, the format) and what any
 -- transcript shape gives (messages by role, turns, tool calls, characters of content), then the record's scalar
 -- fields as columns; all null for a trajectory without a transcript. Of two transcripts of one trajectory, the first
--- by path and position is linked (ingest_errors says so).
+-- by path and position is linked; an id that several trajectories of the run carry links none of them (ingest_errors
+-- says both).
 with trajectories as (
     select
         run_id,
@@ -13,7 +14,7 @@ with trajectories as (
 
 records as (
     select * from transcript_records
-    where copy_rank = 1
+    where copy_rank = 1 and n_places = 1
 ),
 
 final as (
@@ -40,7 +41,7 @@ final as (
         -- noqa: disable=RF02
         records.* exclude (
             run_id, trajectory_id, source_path, format, line, byte_offset, byte_length, id_source, n_messages,
-            messages_by_role, n_turns, n_tool_calls, content_chars, text, copy_rank, n_copies, linked
+            messages_by_role, n_turns, n_tool_calls, content_chars, text, copy_rank, n_copies, linked, n_places
         )
         -- noqa: enable=RF02
     from trajectories

@@ -52,6 +52,10 @@ def built(tmp_path_factory):
     (release / "run_b" / "epoch_000" / "transcripts" / "b_1.json").write_bytes(
         orjson.dumps({"messages": [{"role": "auditor", "content": "hi"}]})
     )
+    # run_c numbers its trajectories anew each epoch: c_0 and c_1 are two trajectories each, so no link is sure.
+    for epoch in range(2):
+        write_epoch_file(release / "run_c", epoch, epoch_document(epoch, n=2, trajectory_ids=["c_0", "c_1"]))
+    (release / "run_c" / "transcripts.jsonl").write_bytes(_jsonl([_audit("c_1", 1), _audit("c_0", 2)]))
     warehouse = root / "wh"
     assert main(["build", "--release", str(release), "--warehouse", str(warehouse), "--workers", "1"]) == 0
     return release, warehouse
@@ -65,7 +69,7 @@ def test_trajectories_link_to_their_transcripts_and_the_rest_are_null(built, que
         "select run_id, epoch, traj_index, transcript_path, line, n_turns, n_transcripts, id_source "
         "from trajectory_transcripts order by run_id, epoch, traj_index",
     )
-    assert len(rows) == 3 * 6 + 2  # a row per trajectory
+    assert len(rows) == 3 * 6 + 2 + 2 * 2  # a row per trajectory
     linked = {(r[0], r[1], r[2]): r[3:] for r in rows if r[3] is not None}
     assert set(linked) == {("run_a", e, i) for e in (0, 1) for i in range(6)} | {("run_b", 0, 1)}
     assert linked[("run_a", 1, 4)] == ("run_a/transcripts/epoch_001.jsonl", 5, 10, 1, "trajectory_id")
@@ -101,14 +105,19 @@ def test_unmatched_and_duplicate_records_are_warnings_naming_the_file(built, que
     )
     assert [(r[0], r[1], r[2]) for r in rows] == [
         ("run_a/transcripts/extra.jsonl", "duplicate_transcript", "warning"),
+        ("run_c/transcripts.jsonl", "transcript_ambiguous", "warning"),
         ("run_a/transcripts/extra.jsonl", "transcript_unmatched", "warning"),
     ]
     assert rows[0][3] == (
         "1 record(s) of trajectories that already have a transcript, the first a_0_1 at line 2, whose transcript "
         "is run_a/transcripts/epoch_000.jsonl line 2"
     )
-    assert rows[1][3] == "1 record(s) whose trajectory id is no trajectory of run run_a, the first nobody at line 1"
-    assert query(wh, "select count(*) from fact_epochs") == [(4,)]  # every epoch loaded
+    assert rows[1][3] == (
+        "2 record(s) whose trajectory id several trajectories of run run_c carry, the first c_1 at line 1 "
+        "(carried by 2)"
+    )
+    assert rows[2][3] == "1 record(s) whose trajectory id is no trajectory of run run_a, the first nobody at line 1"
+    assert query(wh, "select count(*) from fact_epochs") == [(6,)]  # every epoch loaded
 
 
 @pytest.mark.slow
@@ -169,7 +178,7 @@ def test_the_summary_counts_linked_trajectories_and_names_the_show_command(built
     print_summary(wh, 1.0)
     out = capsys.readouterr().out
     # 12 of run_a (epochs 0 and 1) and b_1; the highest reward with a transcript is a_1_5's 1.0.
-    assert "20 trajectories (13 with a transcript)" in out
+    assert "24 trajectories (13 with a transcript)" in out
     assert out.splitlines()[-1] == "  read the transcript behind the highest reward: grpo-warehouse show a_1_5"
 
 
