@@ -1,6 +1,7 @@
 """Fixtures shared by every test: epoch files written in a tiny release, in-process builds, read-only queries and
 the bundled sample's warehouse; how pytest-xdist's workers share the tests out."""
 
+import os
 from pathlib import Path
 
 import duckdb
@@ -11,6 +12,14 @@ from xdist import is_xdist_worker
 # Session fixtures that build a warehouse or start a server: under pytest-xdist the tests using one run on one worker
 # (an xdist_group of its name), which makes it once.
 SHARED_FIXTURES = ("sample_warehouse", "dagster_ui")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker a core and one more, which the Dagster UI tests hold for minutes while they mostly wait on
+    its daemon; PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
