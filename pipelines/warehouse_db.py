@@ -16,6 +16,7 @@ import polars as pl
 from filelock import FileLock, Timeout
 
 from pipelines.code_versions import code_version
+from pipelines.lake.case_keys import by_position, case_notes_select, record_case_notes, split_by_case
 from pipelines.lake.inventory import ERROR_COLUMNS, FILE_COLUMNS
 from pipelines.lake.paths import RUN_TABLES, lake_files, lake_runs, table_stamps
 from pipelines.lake.transcripts import TRANSCRIPT_COLUMNS
@@ -119,21 +120,28 @@ def _columns(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, str]:
     return dict(con.execute(f"select column_name, column_type from (describe select * from {source})").fetchall())
 
 
-def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path], view: str | None = None) -> tuple[str, list[str]]:
-    """The files read as one table, and its column names: each group of files of one schema read as one, the groups
-    united by name (schema_groups; without view, in a bucket, or when a file's schema cannot be read, every file's
-    columns united by name in one read_parquet). A column that is a STRUCT or LIST in one file and of another type
-    in another (a per-trajectory extra typed in one run, kept as JSON text in the next) is read as JSON text from
-    every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
+def lake_source(con: duckdb.DuckDBPyConnection, files: list[Path], view: str) -> tuple[str, list[str], dict[str, str]]:
+    """The files read as one table, its column names, and the extra keys renamed for their case (lake.case_keys):
+    each group of files of one schema read as one, the groups united by name (schema_groups; in a bucket, or when a
+    file's schema cannot be read, every file's columns united by name in one read_parquet). A column that is a STRUCT
+    or LIST in one file and of another type in another (a per-trajectory extra typed in one run, kept as JSON text in
+    the next) is read as JSON text from every file: DuckDB's union would cast the text to the STRUCT, or fail to."""
     # Not in a bucket: DuckDB's parquet_schema would look for its own S3 extension there, not the lake's filesystem.
-    local = view is not None and len(files) > 1 and not in_bucket(files[0])
+    local = len(files) > 1 and not in_bucket(files[0])
     groups = schema_groups(con, view, files) if local else None
+    plain, renamed, keys = split_by_case(
+        con, f"{BOOKKEEPING}.lake_file_columns", view, LAKE_VIEWS[view], groups or [[file] for file in files]
+    )
+    if groups is None and not renamed:
+        return *_united_by_name(con, files), keys
     if groups is None:
-        return _united_by_name(con, files)
-    sources = [parquet_source(group, by_name=False) for group in groups]
+        sources = [_united_by_name(con, [file for group in plain for file in group])[0]] if plain else []
+    else:
+        sources = [parquet_source(group, by_name=False) for group in plain]
+    sources += [by_position(parquet_source(group, by_name=False), columns) for group, columns in renamed]
     if len(sources) == 1:
-        return sources[0], list(_columns(con, sources[0]))
-    return _united(con, sources, [_columns(con, source) for source in sources])
+        return sources[0], list(_columns(con, sources[0])), keys
+    return *_united(con, sources, [_columns(con, source) for source in sources]), keys
 
 
 def _united(con: duckdb.DuckDBPyConnection, sources: list[str], types: list[dict[str, str]]) -> tuple[str, list[str]]:
@@ -248,6 +256,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
     con.execute(f"create schema if not exists {BOOKKEEPING}")
     con.execute(f"create table if not exists {BOOKKEEPING}.lake_views (view varchar primary key, fingerprint varchar)")
     made = dict(con.execute(f"select view, fingerprint from {BOOKKEEPING}.lake_views").fetchall())
+    notes = f"{BOOKKEEPING}.lake_case_notes"
     present = {
         name
         for (name,) in con.execute(
@@ -258,14 +267,18 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: LakePath) -> None:
         fingerprint = f"{VIEWS_VERSION}:{real_location(lake_root(lake))}:{lake_fingerprint(lake, [view])}"
         if made.get(view) == fingerprint and view in present:
             continue
-        files = view_files(lake, view)
+        files, renamed = view_files(lake, view), {}
         if files:
-            source, names = lake_source(con, files, view)
+            source, names, renamed = lake_source(con, files, view)
             # In the lake's column order: a union's follows its files, which would make a table's columns depend on
             # which runs the lake holds. At most MAX_EXTRA_COLUMNS extra keys (lake.wide).
             body = f"select {', '.join(sql_identifier(name) for name in view_columns(names, schema))} from {source}"
         else:
             body = _empty_select(schema)
+        # The errors view reads the notes of keys renamed for their case when it is queried, whichever view is new.
+        if view == "errors":
+            body = f"select * from ({body}) union all by name {case_notes_select(notes)}"
+        record_case_notes(con, notes, view, renamed)
         con.execute(f"create or replace view lake.{view} as {body}")
         con.execute(f"insert or replace into {BOOKKEEPING}.lake_views values (?, ?)", [view, fingerprint])
 

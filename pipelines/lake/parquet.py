@@ -48,3 +48,13 @@ def parquet_schema(path: LakePath) -> pl.Schema:
     if in_bucket(path):
         return pl.read_parquet_schema(io.BytesIO(path.read_bytes()))
     return pl.scan_parquet(path, glob=False, hive_partitioning=False).collect_schema()
+
+
+def column_names(path: LakePath) -> list[str]:
+    """A lake file's columns as spelled in it, in order, from its Parquet footer (in a bucket, read by range)."""
+    if in_bucket(path):
+        import pyarrow.parquet as pq
+
+        with path.open("rb") as file:
+            return pq.ParquetFile(file).schema_arrow.names
+    return list(parquet_schema(path))

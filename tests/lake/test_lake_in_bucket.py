@@ -106,6 +106,19 @@ def test_duckdb_reads_the_lake_in_a_bucket_through_the_registered_filesystem(buc
         create_lake_views(con, remote)  # without the filesystem, DuckDB has no way to the bucket
 
 
+def test_keys_that_differ_only_in_case_have_a_column_each_in_a_bucket_too(bucket, tmp_path):
+    fs, name = bucket
+    release = tmp_path / "rel"
+    write_epoch_file(release / "a", 0, epoch_document(0, n=1, lr=0.1, LR=7.0))  # one file read by position
+    write_epoch_file(release / "b", 0, epoch_document(0, n=1, lr=0.3))
+    ingest(release, lake_root(f"s3://{name}/lake"))
+    with duckdb.connect() as con:
+        register_lake(con, lake_root(f"s3://{name}/lake"))
+        create_lake_views(con, lake_root(f"s3://{name}/lake"))
+        sql = 'select run_id, "LR__upper_1_2", "lr__lower" from lake.epochs order by 1'
+        assert con.execute(sql).fetchall() == [("a", 7.0, 0.1), ("b", None, 0.3)]
+
+
 def test_a_no_change_ingest_puts_nothing_and_new_epochs_rewrite_only_their_run(bucket, tmp_path):
     fs, name = bucket
     release, local, remote = tmp_path / "rel", tmp_path / "lake", lake_root(f"s3://{name}/lake")
