@@ -174,21 +174,22 @@ _PARAMETERS = (
     Parameter("final_window", 50, "loaded epochs in `final_reward` and `matched_reward`", low=1, unit="epochs"),
     Parameter(
         "ci_method",
-        "reml",
-        "how intervals are computed ([statistics.md](statistics.md)): `reml` (a trend + autocorrelated drift + noise "
-        "model fitted by its exact restricted likelihood: false claims within target up to slow drift), `ar1` (the "
-        "same model by moments: more power, but too many false claims when the drift is slow) or `iid` (the window's "
-        "epochs taken as independent, too narrow on them)",
-        choices=("ar1", "reml", "iid"),
+        "structural",
+        "how intervals are computed ([statistics.md](statistics.md)): `structural` (a contrast fits the paired "
+        "difference of the two runs' curves as a walk from their start + autocorrelated drift + noise, a run its curve "
+        "as a trend + drift + noise, with a t quantile of few degrees of freedom: false claims within target beyond "
+        "AR(1) drift), `reml` (each run as a trend + drift + noise, normal quantile: too many false claims when the "
+        "curve varies more slowly than one drift), `ar1` (the same by moments, worse) or `iid` (the window's epochs "
+        "taken as independent, too narrow on them)",
+        choices=("structural", "reml", "ar1", "iid"),
     ),
     Parameter(
         "ci_fit_epochs",
         200,
-        "loaded epochs at or before the horizon that the `reml` and `ar1` models are fitted to; `reml` fits drift up "
-        "to the AR coefficient whose correlation time is half of them (0.98 at 200, 0.99 at 400), so runs that drift "
-        "more slowly need more ([statistics.md](statistics.md#beyond-the-studys-range-φ--098)); at least 5 and "
-        "`final_window`",
-        low=5,  # a quadratic trend and two lags: run_summary fits no model to fewer epochs
+        "loaded epochs at or before the horizon that the models are fitted to (a contrast's: the two runs' common "
+        "epochs); `structural` backs no claim on fewer than 50 for a contrast or 100 for a run's interval "
+        "([statistics.md](statistics.md#short-runs)); at least 5 and `final_window`",
+        low=5,  # a quadratic trend and two lags: no model is fitted to fewer epochs
         unit="epochs",
     ),
     Parameter(

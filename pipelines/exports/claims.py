@@ -115,10 +115,15 @@ def method_sentence(ci_method: str) -> str:
             "`iid`: the window's epochs taken as independent, which per-epoch rewards are not, so no lead is called "
             "resolved" + seeds
         )
-    caveat = ", too liberal when the drift is slow" if ci_method == "ar1" else ""
+    caveat = {"ar1": ", too liberal when the drift is slow", "reml": ", too liberal when a curve varies slowly"}
+    shape = (
+        "their paired difference is a random walk from the runs' start plus stationary drift and noise"
+        if ci_method == "structural"
+        else "each curve is a smooth trend plus stationary drift and noise"
+    )
     return (
-        f"`{ci_method}`{caveat}: for the difference of two runs' expected window means, were the same runs replayed, "
-        "assuming each curve is a smooth trend plus stationary drift and noise (docs/statistics.md shows how often "
+        f"`{ci_method}`{caveat.get(ci_method, '')}: for the difference of two runs' expected window means, were the "
+        f"same runs replayed, assuming {shape} (docs/statistics.md shows how often "
         "it excludes zero between runs with no true difference, by the curves' shape)" + seeds + "; a lead is "
         "resolved after Holm's adjustment for its ablation's claims"
     )

@@ -44,7 +44,7 @@ class Smoothing:
     ema_weight: float = 0.9
     window: int = 20
     band_level: float = 0.95
-    ci_method: str = "reml"
+    ci_method: str = "structural"
 
 
 def ablation_inputs(

@@ -25,7 +25,7 @@ class ReportSettings:
 
     final_window: int = 50
     ci_level: float = 0.95
-    ci_method: str = "reml"
+    ci_method: str = "structural"
     figures_folder: str = "figures"
 
 

@@ -61,7 +61,7 @@ CASES = [
         "the warehouse path {tmp}/x?y holds a `?`, after which DuckDB reads a database path as options: choose another",
     ),
     (["--warehouse", "{tmp}/x\\y"], {}, "the warehouse path {tmp}/x\\y holds a backslash, which DuckDB reads as a"),
-    (["--param", "ci_method=bayes"], {}, "ci_method: Input should be 'ar1', 'reml' or 'iid'"),
+    (["--param", "ci_method=bayes"], {}, "ci_method: Input should be 'structural', 'reml', 'ar1' or 'iid'"),
     (["--param", "ema_weight=1.5"], {}, "ema_weight must be 0 or more and below 1, not 1.5"),
     (["--param", "final_window=ten"], {}, "final_window: Input should be a valid integer"),
     (["--param", "warehouse_dir=/tmp"], {}, "--param warehouse_dir: not a parameter; the parameters are ema_weight,"),
