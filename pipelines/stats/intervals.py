@@ -1,10 +1,10 @@
-"""The `reml` (default) and `ar1` intervals of a window mean of an autocorrelated curve, in numpy: what run_summary
-and ablation_contrasts compute in SQL, here for the simulation study (and as the tests' second computation).
+"""The intervals of a window mean of an autocorrelated curve that run_summary and ablation_contrasts call (through
+DuckDB Python functions): `structural` (the default, in pipelines/stats/structural.py), `reml`, `ar1` and `iid`.
 
-A run's per-epoch mean rewards y_t are modelled as a smooth trend plus an AR(1) drift plus white sampling noise
-(ARMA(1,1) around the trend). `reml` fits that model by its exact restricted likelihood over a grid of φ and
-noise-to-drift ratios (reml_fit, below) and takes mean ± z · √V, V as in step 4. `ar1` fits it by moments, over the
-run up to the end of its matched window:
+For `reml` and `ar1` a run's per-epoch mean rewards y_t are modelled as a smooth trend plus an AR(1) drift plus
+white sampling noise (ARMA(1,1) around the trend). `reml` fits that model by its exact restricted likelihood over
+a grid of φ and noise-to-drift ratios (reml_fit, below) and takes mean ± z · √V, V as in step 4. `ar1` fits it by
+moments, over the run up to the end of its matched window:
 1. a quadratic in the epoch is fitted and removed (a learning trend would otherwise read as slow drift);
 2. the autocovariances γ0, γ1, γ2 of the residuals give φ = γ2/γ1 (white noise leaves γ1, γ2 alone), the drift's
    variance s² = γ1/φ and the noise's r = γ0 − s²;

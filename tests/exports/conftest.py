@@ -81,7 +81,7 @@ CONTRASTS = pl.DataFrame(
         "delta": [-0.2004, -0.3504, -0.15],
         "ci_low": [-0.35, -0.5, -0.3],
         "ci_high": [-0.05, -0.2, math.nan],
-        "ci_method": ["reml"] * 3,
+        "ci_method": ["structural"] * 3,
         "unit": ["epochs of one run"] * 3,
         "resolved": [True, True, None],
         "prob_improvement": [0.2, 0.0, 0.25],

@@ -140,7 +140,7 @@ def test_interval_columns_are_carried_when_the_warehouse_has_them(tables):
     assert payload["runs"][2]["matched_ci_low"] is None  # no interval: null, and the column still said
     claim = ("ci_method", "unit", "resolved", "resolved_holm", "resolved_reason")
     assert {k: payload["contrasts"][2][k] for k in claim} == {
-        "ci_method": "reml",
+        "ci_method": "structural",
         "unit": "epochs of one run",
         "resolved": None,
         "resolved_holm": None,

@@ -109,7 +109,7 @@ def test_headline_names_the_winner_and_turns_its_contrast_round(report):
     assert headline_numbers(text) == [0.200, 0.050, 0.350, 0.800]
     # the ablation's two claims (the third pair has no interval) are adjusted together
     assert "excludes zero after Holm's adjustment for the ablation's 2 claims: the lead is resolved at 95%" in text
-    assert "95% interval (`reml`" in text
+    assert "95% interval (`structural`" in text
     # one run per arm: the report says whose claim it is, and how many seeds would make it one about configurations;
     # no arm has seeds, so the runs' own variances give a lower bound
     assert "about these two runs, not about their configurations" in text
@@ -214,6 +214,14 @@ def test_the_interval_level_is_the_one_asked_for(tables):
     assert "95%" not in text
     assert "80% interval" in section(text, "### Pairwise contrasts of the matched reward")
     assert "resolved at 80%" in section(text, "## Ablation `abl`")
+
+
+def test_the_default_method_names_its_quantity_and_assumption(report):
+    opening = report.split("## Ablation")[0]
+    assert "interval (`structural`: for the difference of two runs' expected window means" in opening
+    assert "assuming their paired difference is a random walk from the runs' start plus stationary drift" in opening
+    runs_note = section(section(report, "## Ablation `abl`"), "### Runs")
+    assert "expected mean of the run's window" in runs_note and "smooth trend plus stationary drift" in runs_note
 
 
 def test_an_iid_interval_resolves_nothing(tables, report):

@@ -12,7 +12,7 @@ from mart_fixture import build_marts, create_staging, epoch, rows
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.stats import simulate
 
-pytestmark = pytest.mark.slow  # three builds of the marts over 60 runs of 200 epochs
+pytestmark = pytest.mark.slow  # three builds of the marts over 80 runs of 200 epochs (about 10 s CPU)
 
 DEFAULT = WarehouseConfig.model_fields["ci_method"].default
 PAIRS = 40
