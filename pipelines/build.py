@@ -106,9 +106,8 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
     lake = config.lake
     if refusal := removal_refusal(roots, runs, lake, config.remove_releases):
         raise BuildError(refusal)
-    # Only the runs whose lake partitions are out of date are handed to run_lake: for every selected partition and
-    # lake table Dagster stores a planned-materialization event when it creates the run and a materialization in
-    # the step (4 x 500 of each at 100x, ~15 s), which would otherwise grow with the release, not with the change.
+    # Only the runs whose lake partitions are out of date are handed to run_lake, so that its work follows the change,
+    # not the release: on a kept instance, Dagster also records two events per partition and lake table it covers.
     stale = stale_runs(runs, lake, config.max_file_bytes, full_scan, config.quiet_seconds, config.transcript_text)
     print(
         f"found {len(runs)} run(s) in {len(roots)} release(s); {_describe(stale & set(runs), stale - set(runs))}",
@@ -117,16 +116,21 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
 
     from pipelines.models import ModelError
 
+    persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
+    # Run partitions for an instance that keeps what Dagster records of them (the UI reads it), or whose executor
+    # spreads them over a cluster; a throwaway one ingests the stale runs unpartitioned (unpartitioned_run_lake).
+    partitioned = persistent or config.executor != "in_process"
     try:
-        definitions = build_definitions(config)
+        definitions = build_definitions(config, run_partitions=partitioned)
     except ModelError as exc:  # a model of sql/ that cannot load: its file and why, on one line
         raise BuildError(str(exc)) from None
-    persistent = bool(os.environ.get("DAGSTER_HOME"))  # Dagster's own variable: a kept instance
     # The build database stays open from the first step to the last, not opened and checkpointed again by each.
     with _instance(persistent, config.executor) as instance, config.hold_build_db():
-        result = _run_job(
-            definitions, instance, set(map(partition_key, runs)), set(map(partition_key, stale)), persistent, config
-        )
+        if partitioned:
+            keys = set(map(partition_key, runs)), set(map(partition_key, stale))
+            result = _run_job(definitions, instance, *keys, persistent, config)
+        else:  # a run gone from the releases leaves the lake through release_runs
+            result = _run_unpartitioned(definitions, instance, set(map(partition_key, stale & set(runs))))
     if not result.success:
         raise BuildError(failure_reason(result))
     return empty + print_summary(config.warehouse, time.perf_counter() - started, config.lake)
@@ -194,15 +198,31 @@ def _run_job(definitions, instance, runs: set[str], stale: set[str], persistent:
         failed = _ingest_distributed(
             instance, config, [piece for block in blocks for piece in _pieces(block, config.partitions_per_run)]
         )
-        return failed or execute(asset_selection=_asset_keys(definitions, partitioned=False))
+        return failed or execute(asset_selection=_asset_keys(definitions, lake_of_runs=False))
     # Blocks apart from the last are ingested on their own; the last goes with every other asset.
+    lake_of_runs = _asset_keys(definitions, lake_of_runs=True)
     for block in blocks[:-1]:
-        result = execute(tags=run_range_tags(block[0], block[-1]), asset_selection=_asset_keys(definitions, True))
+        result = execute(tags=run_range_tags(block[0], block[-1]), asset_selection=lake_of_runs)
         if not result.success:
             return result
     if blocks:
         return execute(tags=run_range_tags(blocks[-1][0], blocks[-1][-1]))
-    return execute(asset_selection=_asset_keys(definitions, partitioned=False))
+    return execute(asset_selection=_asset_keys(definitions, lake_of_runs=False))
+
+
+def _run_unpartitioned(definitions, instance, stale: set[str]):
+    """Runs refresh_warehouse with the unpartitioned lake of runs ingesting the stale run partitions (keys), or,
+    when none is stale, without the lake of runs."""
+    job = definitions.resolve_job_def("refresh_warehouse")
+    if not stale:
+        return job.execute_in_process(
+            instance=instance,
+            run_config=TERMINAL_RUN_CONFIG,
+            raise_on_error=False,
+            asset_selection=_asset_keys(definitions, lake_of_runs=False),
+        )
+    lake = {"ops": {"run_lake": {"config": {"partition_keys": sorted(stale)}}}}
+    return job.execute_in_process(instance=instance, run_config=TERMINAL_RUN_CONFIG | lake, raise_on_error=False)
 
 
 def _pieces(block: list[str], size: int) -> list[list[str]]:
@@ -306,10 +326,12 @@ def _partition_blocks(keys: list[str], selected: set[str], max_gap: int) -> list
     return blocks
 
 
-def _asset_keys(definitions, partitioned: bool) -> list:
-    """The keys of the partitioned assets (the run lake), or of every other asset."""
+def _asset_keys(definitions, lake_of_runs: bool) -> list:
+    """The keys of the lake of runs (run_lake's tables), or of every other asset."""
+    from pipelines.defs.ingest.assets import run_lake
+
     graph = definitions.resolve_asset_graph()
-    return [key for key in graph.get_all_asset_keys() if (graph.get(key).partitions_def is not None) == partitioned]
+    return [key for key in graph.get_all_asset_keys() if (key in run_lake.keys) == lake_of_runs]
 
 
 def print_summary(warehouse: Path, seconds: float, lake=None) -> list[str]:

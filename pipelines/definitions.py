@@ -52,9 +52,12 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 
-def build_definitions(config: WarehouseConfig) -> dg.Definitions:
-    """Every definition under defs/, with the one configuration as the `warehouse` resource."""
+def build_definitions(config: WarehouseConfig, run_partitions: bool = True) -> dg.Definitions:
+    """Every definition under defs/, with the one configuration as the `warehouse` resource; without run_partitions,
+    the lake of runs is not partitioned (ingest_assets.unpartitioned_run_lake: a build on a throwaway instance)."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+    if not run_partitions:
+        loaded = _with_assets(loaded, [_unpartitioned(asset) for asset in loaded.assets or []])
     # map_asset_specs is the documented way to apply one policy to every asset; it is marked preview in 1.13.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.PreviewWarning)
@@ -92,15 +95,29 @@ def _distributed(loaded: dg.Definitions, config: WarehouseConfig) -> tuple[dg.De
         for asset in loaded.assets or []
     ]
     jobs = [ingest_job if job.name == ingest_job.name else job for job in loaded.jobs or []]
+    return _with_assets(loaded, assets, jobs), ingest_job
+
+
+def _unpartitioned(asset):
+    """The lake of runs without its run partitions (ingest_assets.unpartitioned_run_lake); any other asset itself."""
+    from pipelines.defs.ingest import assets as ingest_assets
+
+    if isinstance(asset, dg.AssetsDefinition) and asset.keys == ingest_assets.run_lake.keys:
+        return ingest_assets.unpartitioned_run_lake()
+    return asset
+
+
+def _with_assets(loaded: dg.Definitions, assets: list, jobs: list | None = None) -> dg.Definitions:
+    """The definitions with these assets (and jobs) in place of their own."""
     return dg.Definitions(
         assets=assets,
         asset_checks=loaded.asset_checks,
-        jobs=jobs,
+        jobs=loaded.jobs if jobs is None else jobs,
         schedules=loaded.schedules,
         sensors=loaded.sensors,
         resources=loaded.resources,
         loggers=loaded.loggers,
-    ), ingest_job
+    )
 
 
 def ingest_job_for(config: dict) -> dg.JobDefinition:

@@ -24,7 +24,14 @@ def launches(monkeypatch):
 
     def spy(job, **kwargs):
         result = execute(job, **kwargs)
-        seen.append({"tags": kwargs.get("tags") or {}, "selection": kwargs.get("asset_selection"), "result": result})
+        seen.append(
+            {
+                "tags": kwargs.get("tags") or {},
+                "selection": kwargs.get("asset_selection"),
+                "run_config": kwargs.get("run_config") or {},
+                "result": result,
+            }
+        )
         return result
 
     monkeypatch.setattr(dg.JobDefinition, "execute_in_process", spy)
@@ -38,6 +45,16 @@ def lake_partitions(launch) -> Counter:
         for event in launch["result"].get_asset_materialization_events()
         if event.asset_key.path[0] == "lake" and event.asset_key.path[1] in LAKE_TABLES
     )
+
+
+def unpartitioned_ingest(launch) -> list[str] | None:
+    """The run partitions the unpartitioned lake of runs was given in one launched Dagster run (None: it did not run),
+    once its four tables were each materialized once, with no partition."""
+    materialized = lake_partitions(launch)
+    if not materialized:
+        return None
+    assert materialized == Counter({(table, None): 1 for table in LAKE_TABLES})
+    return launch["run_config"]["ops"]["run_lake"]["config"]["partition_keys"]
 
 
 def three_runs(release, write_epoch):
@@ -97,7 +114,7 @@ def test_runs_new_to_the_lake_are_stale_without_being_listed(tmp_path, write_epo
 
 
 @pytest.mark.slow
-def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
+def test_no_change_build_ingests_no_run_and_one_new_file_only_its_run(
     tmp_path, monkeypatch, write_epoch, build, query, launches
 ):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the default: a throwaway instance per build
@@ -105,12 +122,13 @@ def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
     three_runs(release, write_epoch)
     assert build([release], wh) == 0
     assert len(launches) == 1
-    assert set(lake_partitions(launches[0])) == {(t, r) for t in LAKE_TABLES for r in ("run_a", "run_b", "run_c")}
+    # A throwaway instance records no partition per run: the lake of runs is one unpartitioned step over the stale runs.
+    assert unpartitioned_ingest(launches[0]) == ["run_a", "run_b", "run_c"]
 
     launches.clear()
     assert build([release], wh) == 0
     assert len(launches) == 1
-    assert lake_partitions(launches[0]) == Counter()
+    assert unpartitioned_ingest(launches[0]) is None
     assert not any(key.path[0] == "lake" and key.path[1] in LAKE_TABLES for key in launches[0]["selection"])
     assert "dagster/asset_partition_range_start" not in launches[0]["tags"]
 
@@ -118,7 +136,7 @@ def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
     write_epoch(release / "run_b", 2, epoch_document(2, n=3))
     assert build([release], wh) == 0
     assert len(launches) == 1
-    assert lake_partitions(launches[0]) == Counter({(t, "run_b"): 1 for t in LAKE_TABLES})
+    assert unpartitioned_ingest(launches[0]) == ["run_b"]
     # run_b: epochs 0, 1 with 4 trajectories each, and the new epoch 2 with 3.
     assert query(wh, "select run_id, count(*), sum(n_trajectories) from fact_epochs group by 1 order by 1") == [
         ("run_a", 2, 8),
@@ -133,7 +151,7 @@ def test_no_change_build_ingests_no_partition_and_one_new_file_only_its_run(
     launches.clear()
     shutil.rmtree(release / "run_c")
     assert build([release], wh) == 0
-    assert lake_partitions(launches[0]) == Counter()  # release_runs takes a gone run out of the lake
+    assert unpartitioned_ingest(launches[0]) is None  # release_runs takes a gone run out of the lake
     assert query(wh, "select run_id, count(*) from fact_epochs group by 1 order by 1") == [("run_a", 2), ("run_b", 3)]
 
 

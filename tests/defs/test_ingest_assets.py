@@ -5,7 +5,7 @@ import dagster as dg
 import polars as pl
 from helpers import epoch_document
 
-from pipelines.defs.ingest.assets import run_lake
+from pipelines.defs.ingest.assets import RUN_TABLES, run_lake, unpartitioned_run_lake
 from pipelines.defs.ingest.partitions import THROWAWAY_TAG, run_range_tags
 from pipelines.defs.resources import WarehouseConfig
 
@@ -89,3 +89,38 @@ def test_a_run_on_a_throwaway_instance_writes_the_same_lake_without_per_partitio
         assert ("grpo/epochs" in metadata) is not throwaway
         lakes[throwaway] = pl.read_parquet(tmp_path / f"wh_{throwaway}" / "lake" / "epochs" / "*" / "*.parquet")
     assert lakes[True].equals(lakes[False]) and lakes[True].height == 2
+
+
+def test_the_unpartitioned_lake_of_runs_writes_the_lake_the_run_partitions_write(tmp_path, write_epoch):
+    # What a build on a throwaway instance runs: the given runs ingested, gone ones left alone, no partition recorded.
+    for run, epochs in (("run_a", 2), ("run_b", 1)):
+        for epoch in range(epochs):
+            write_epoch(tmp_path / "release" / run, epoch, epoch_document(epoch, n=3))
+    lakes = {}
+    for partitioned in (True, False):
+        config = WarehouseConfig(
+            releases=[str(tmp_path / "release")], warehouse_dir=str(tmp_path / f"wh_{partitioned}"), workers=1
+        )
+        resources = {"warehouse": config}
+        with dg.DagsterInstance.ephemeral() as instance:
+            if partitioned:
+                instance.add_dynamic_partitions("run_id", ["run_a", "run_b"])
+                tags = run_range_tags("run_a", "run_b")
+                result = dg.materialize([run_lake], instance=instance, resources=resources, tags=tags)
+            else:
+                run_config = {"ops": {"run_lake": {"config": {"partition_keys": ["run_a", "run_b"]}}}}
+                lake = unpartitioned_run_lake()
+                result = dg.materialize([lake], instance=instance, resources=resources, run_config=run_config)
+            assert result.success
+            recorded = [event.partition for event in result.get_asset_materialization_events()]
+        tables = len(RUN_TABLES)
+        assert sorted(recorded, key=str) == (
+            ["run_a"] * tables + ["run_b"] * tables if partitioned else [None] * tables
+        )
+        lakes[partitioned] = {
+            table: pl.read_parquet(tmp_path / f"wh_{partitioned}" / "lake" / table / "*" / "*.parquet")
+            for table in ("epochs", "trajectories", "errors", "files")
+        }
+    assert lakes[True]["epochs"].height == 3 and lakes[True]["trajectories"].height == 9
+    for table, frame in lakes[True].items():
+        assert frame.equals(lakes[False][table]), table

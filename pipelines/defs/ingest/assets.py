@@ -127,9 +127,10 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         )
 
 
-@dg.multi_asset(
-    specs=[
-        # The lake's own code version, which its manifests record: partitions of other code are parsed again.
+def run_lake_specs() -> list[dg.AssetSpec]:
+    """The lake's tables of runs, with the lake's own code version, which its manifests record: partitions of other
+    code are parsed again. (A function: a list of specs in a module of defs/ would be loaded as assets of their own.)"""
+    return [
         dg.AssetSpec(
             ["lake", name],
             description=text,
@@ -138,40 +139,49 @@ def release_runs(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             code_version=lake_version(),
         )
         for name, text in RUN_TABLES.items()
-    ],
-    partitions_def=run_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-)
+    ]
+
+
+@dg.multi_asset(specs=run_lake_specs(), partitions_def=run_partitions, backfill_policy=dg.BackfillPolicy.single_run())
 def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
     """Flattens each selected run's new or changed epoch files into the lake's Parquet partitions."""
+    per_partition = context.run.tags.get(THROWAWAY_TAG) != "true"
+    yield from ingest_partitions(context, warehouse, context.partition_keys, per_partition)
+
+
+class RunsToIngest(dg.Config):
+    """The run partitions, by key, that the unpartitioned run_lake of a build on a throwaway instance ingests."""
+
+    partition_keys: list[str] = []
+
+
+def unpartitioned_run_lake() -> dg.AssetsDefinition:
+    """run_lake for a build whose Dagster instance is thrown away after it: the same tables and ingest, over the runs
+    its config names, without a partition per run. Dagster records a few events for each partition a run covers
+    (milliseconds each: over a minute at 3,000 runs), which nothing reads once such an instance is gone."""
+
+    @dg.multi_asset(specs=run_lake_specs(), name=run_lake.node_def.name)
+    def unpartitioned(context: dg.AssetExecutionContext, warehouse: WarehouseConfig, config: RunsToIngest):
+        """Flattens the given runs' new or changed epoch files into the lake's Parquet partitions."""
+        yield from ingest_partitions(context, warehouse, config.partition_keys, per_partition=False)
+
+    return unpartitioned
+
+
+def ingest_partitions(context: dg.AssetExecutionContext, warehouse: WarehouseConfig, keys, per_partition: bool):
+    """run_lake's work over the given run partition keys: the runs ingested, those gone from the releases removed
+    from the lake; per_partition: each partition's own numbers recorded on its materialization."""
     lake = warehouse.lake
     runs, _, _ = warehouse.find_runs()
     by_key = runs_by_partition(runs)
-    selected = [by_key[key] for key in context.partition_keys if key in by_key]
-    gone_keys = set(context.partition_keys) - set(by_key)
+    selected = [by_key[key] for key in keys if key in by_key]
+    gone_keys = set(keys) - set(by_key)
     gone = [run_id for key, run_id in runs_by_partition(lake_runs(lake)).items() if key in gone_keys]
     if gone:
         check_removals(warehouse.release_roots(), runs, lake, warehouse.remove_releases)
     for run_id in gone:
         context.log.info(f"run {run_id} no longer exists in any release; removing it from the lake")
         remove_run(lake, run_id)
-
-    last_line = [0.0]  # when the last progress line was logged (time.monotonic)
-
-    def progress(result, done: int, total: int) -> None:
-        # Changed runs only, and of those the first, the last, any with a quarantined file and otherwise one every
-        # PROGRESS_SECONDS: every log line is an event Dagster stores (milliseconds each, seconds at 500 runs); the
-        # unchanged runs are counted once below.
-        now = time.monotonic()
-        if result.changed and (
-            done in (1, total) or result.files_quarantined or now - last_line[0] >= PROGRESS_SECONDS
-        ):
-            last_line[0] = now
-            context.log.info(
-                f"[{done}/{total}] {result.run_id}: {result.files_parsed} file(s) parsed, {result.epochs} epochs, "
-                f"{result.files_quarantined} quarantined ({result.seconds:.2f} s)"
-            )
-
     # Every selected run is listed in full (full_scan): a run is selected because something asked for it (the
     # build's own check, the sensor, the nightly refresh, a click), and a file rewritten in place changes no folder.
     results = ingest_runs(
@@ -179,7 +189,7 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         lake,
         warehouse.max_file_bytes,
         warehouse.workers,
-        progress,
+        _progress_lines(context),
         full_scan=True,
         quiet_seconds=warehouse.quiet_seconds,
         transcript_text=warehouse.transcript_text,
@@ -191,13 +201,33 @@ def run_lake(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             f"{sum(r.epochs for r in unchanged)} epochs, {sum(r.files_quarantined for r in unchanged)} quarantined"
         )
     warn_quarantined(context, lake, [r for r in results if r.changed and r.files_quarantined])
-    if context.run.tags.get(THROWAWAY_TAG) != "true":
+    if per_partition:
         for result in results:
             partition_metadata(context, lake, result)
-    for key in sorted(gone_keys):
-        for name in RUN_TABLES:
-            context.add_asset_metadata({"grpo/removed": True}, asset_key=["lake", name], partition_key=key)
+        for key in sorted(gone_keys):
+            for name in RUN_TABLES:
+                context.add_asset_metadata({"grpo/removed": True}, asset_key=["lake", name], partition_key=key)
     yield from _table_results(lake, results, selected)
+
+
+def _progress_lines(context: dg.AssetExecutionContext):
+    """The ingest's progress callback: a line for the changed runs only, and of those the first, the last, any with a
+    quarantined file and otherwise one every PROGRESS_SECONDS. Every log line is an event Dagster stores
+    (milliseconds each, seconds at 500 runs); the unchanged runs are counted once by the caller."""
+    last_line = [0.0]  # when the last progress line was logged (time.monotonic)
+
+    def progress(result, done: int, total: int) -> None:
+        now = time.monotonic()
+        if result.changed and (
+            done in (1, total) or result.files_quarantined or now - last_line[0] >= PROGRESS_SECONDS
+        ):
+            last_line[0] = now
+            context.log.info(
+                f"[{done}/{total}] {result.run_id}: {result.files_parsed} file(s) parsed, {result.epochs} epochs, "
+                f"{result.files_quarantined} quarantined ({result.seconds:.2f} s)"
+            )
+
+    return progress
 
 
 def _table_results(
