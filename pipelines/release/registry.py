@@ -23,6 +23,8 @@ RUN_COLUMNS = {
     "label": pl.String,
     # The configuration a run is one seed of: runs of one arm are resampled as a unit in ablation_contrasts.
     "arm": pl.String,
+    # The arm is its ablation's baseline: an ablation of many arms has its contrasts against it (contrast_pairs).
+    "baseline": pl.Boolean,
     "release_root": pl.String,
 }
 REGISTRY_COLUMNS = [c for c in RUN_COLUMNS if c not in ("release", "release_root")]
@@ -79,8 +81,14 @@ def read_registry(path: Path) -> pl.DataFrame:
     return typed.drop("line")
 
 
+# How a registry writes a yes or a no (any case).
+BOOLEAN_TEXT = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
 def _typed(column: str) -> pl.Expr:
     expr = pl.col(column).str.strip_chars().replace("", None)
+    if RUN_COLUMNS[column] == pl.Boolean:
+        return expr.str.to_lowercase().replace_strict(BOOLEAN_TEXT, default=None, return_dtype=pl.Boolean).alias(column)
     return (expr.cast(pl.Int64, strict=False) if RUN_COLUMNS[column] == pl.Int64 else expr).alias(column)
 
 
@@ -96,11 +104,12 @@ def _check_rows(path: Path, frame: pl.DataFrame, typed: pl.DataFrame) -> None:
     refuse(
         typed.filter(~pl.col("run_id").is_first_distinct()), "run {run_id!r} is listed twice (this is its second line)"
     )
-    for column in [c for c in typed.columns if c != "line" and RUN_COLUMNS[c] == pl.Int64]:
+    for column in [c for c in typed.columns if c != "line" and RUN_COLUMNS[c] in (pl.Int64, pl.Boolean)]:
         written = frame[column].str.strip_chars().replace("", None)
+        kind = "a whole number" if RUN_COLUMNS[column] == pl.Int64 else "true or false"
         refuse(
             frame.filter(written.is_not_null() & typed[column].is_null()),
-            f"`{column}` of run {{run_id!r}} is not a whole number: {{{column}!r}}",
+            f"`{column}` of run {{run_id!r}} is not {kind}: {{{column}!r}}",
         )
     if "group_size" in typed.columns:
         refuse(
@@ -132,6 +141,7 @@ def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -
             "ablation": None,
             "label": None,
             "arm": None,
+            "baseline": None,
             "release_root": str(run.release_root),
         }
         for run in runs
@@ -150,6 +160,7 @@ def build_dim_runs(runs: Sequence[RunFolder], registries: Sequence[Path] = ()) -
             pl.col("group_size").fill_null(DEFAULT_GROUP_SIZE),
             pl.col("label").fill_null(pl.col("run_id")),
             pl.col("arm").fill_null(pl.col("_config")),
+            pl.col("baseline").fill_null(False),
         )
         .with_columns(
             pl.col("ablation")

@@ -1,5 +1,6 @@
--- One row per run: its release, reward family, false-positive controls per group, group size, ablation, label and
--- arm (the configuration it is a seed of: unless the registry says otherwise, the run id without its seed suffix).
+-- One row per run: its release, reward family, false-positive controls per group, group size, ablation, label, arm
+-- (the configuration it is a seed of: unless the registry says otherwise, the run id without its seed suffix) and
+-- whether that arm is its ablation's baseline (the registry's word; false by default).
 with runs as (
     select * from lake.runs
 ),
@@ -14,6 +15,7 @@ final as (
         ablation,
         label,
         arm,
+        baseline,
         release_root
     from runs
 )

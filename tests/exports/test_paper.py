@@ -113,7 +113,10 @@ def test_a_build_writes_dim_runs_and_tables_whose_numbers_are_the_warehouses(tmp
     dim_runs = query(wh, "select * from dim_runs order by run_id")
     assert pl.read_parquet(wh / "exports" / "dim_runs.parquet").rows() == dim_runs
     schema = dict.fromkeys(pl.read_parquet(wh / "exports" / "dim_runs.parquet").columns, pl.String)
-    as_text = [tuple(None if v is None else str(v) for v in row) for row in dim_runs]
+    # CSV spells a boolean as SQL does (false), not as Python (False)
+    as_text = [
+        tuple(None if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in row) for row in dim_runs
+    ]
     assert pl.read_csv(wh / "exports" / "dim_runs.csv", schema=schema).rows() == as_text
     rewards = dict(query(wh, "select run_id, matched_reward from run_summary"))
     seeds = np.array([rewards[f"lr3_s{k}"] for k in (1, 2, 3)])

@@ -38,6 +38,7 @@ def test_bundled_rows_for_the_published_runs():
         "ablation": "multi_target",
         "label": "PV2 intragroup pairwise, 2/8 FP",
         "arm": "mt3_2f_grpo_mt_v3_2fp",
+        "baseline": False,
         "release_root": "/data/r",
     }
     assert rows["binary_v1_grpo_binary_v1_bs64"]["reward_family"] == "binary"
@@ -137,10 +138,11 @@ def test_a_registry_groups_seeds_into_arms(tmp_path):
         ),
         ("run_id,label\na,x\nb,y\na,z\n", "line 4: run 'a' is listed twice (this is its second line)"),
         ("run_id,label\n,x\n", "line 2: no run_id"),
+        ("run_id,baseline\na,yes\nb,maybe\n", "line 3: `baseline` of run 'b' is not true or false: 'maybe'"),
         (
             "run_id,arm_x\na,1\n",
             "unknown registry column(s) arm_x; known: "
-            "run_id, reward_family, fp_per_group, group_size, ablation, label, arm",
+            "run_id, reward_family, fp_per_group, group_size, ablation, label, arm, baseline",
         ),
     ],
 )
@@ -267,6 +269,22 @@ def test_a_registry_overrides_the_seed_rule(tmp_path):
         ("cfg_s2", "abl"),
         ("stage_s1", "rel"),
         ("stage_s2", "rel"),
+    }
+
+
+def test_a_registry_marks_a_configuration_as_its_ablations_baseline(tmp_path):
+    registry = tmp_path / "runs.csv"
+    # a configuration's row marks every seed of it; any case of true/false, yes/no, 1/0; unsaid: false
+    registry.write_text("run_id,baseline\ncfg,True\nsolo,no\nother_s1,1\n")
+    dim = build_dim_runs(runs("cfg", "cfg_s1", "cfg_s2", "solo", "other_s1", "other_s2", "plain"), [registry])
+    assert by_run(dim, "baseline") == {
+        "cfg": True,
+        "cfg_s1": True,
+        "cfg_s2": True,
+        "solo": False,
+        "other_s1": True,  # a seed's own row marks that seed only
+        "other_s2": False,
+        "plain": False,
     }
 
 
