@@ -200,6 +200,14 @@ _PARAMETERS = (
         high=1,
         below_high=True,
     ),
+    Parameter(
+        "pairwise_arms",
+        20,
+        "an ablation of at most this many arms has a contrast for every pair of arms; a larger one, every arm against "
+        "its baseline (the registry's `baseline`), else against its best arm ([metrics.md](metrics.md))",
+        low=2,
+        unit="arms",
+    ),
     Parameter("breakdown_window", 50, "epochs per window of `reward_breakdowns`", low=1, unit="epochs"),
     Parameter(
         "snapshot_model_prefix", "claude-haiku-4-5-20251001-", "prefix of a snapshot's model name in `snapshots`"

@@ -254,7 +254,27 @@ def contrasts_table(contrasts: pl.DataFrame, settings: ReportSettings) -> str:
         ]
         for r in contrasts.sort("run_a", "run_b").iter_rows(named=True)
     ]
-    return table(header, rows)
+    note = pairing_note(contrasts)
+    return f"{note}\n\n{table(header, rows)}" if note else table(header, rows)
+
+
+def pairing_note(contrasts: pl.DataFrame) -> str | None:
+    """What an ablation of more arms than `pairwise_arms` compares (contrast_pairs): every arm with one reference
+    arm, the registry's baseline or the best arm, named; None when it compares every pair."""
+    pairings = set(contrasts["pairing"]) - {"every pair"} if "pairing" in contrasts.columns else set()
+    if not pairings:
+        return None
+    shared = set.intersection(*({r["run_a"], r["run_b"]} for r in contrasts.iter_rows(named=True)))
+    reference = md_code(min(shared)) if shared else "one arm"
+    chosen = (
+        "the baseline the registry names"
+        if pairings == {"against the baseline"}
+        else "its best arm (chosen on these data, so the contrasts lean its way)"
+    )
+    return (
+        f"This ablation has more arms than `pairwise_arms`: each is compared with {chosen}, {reference}, alone, so "
+        "that its contrasts grow with its arms rather than with their square."
+    )
 
 
 def snapshots_table(summary: pl.DataFrame, snapshots: pl.DataFrame) -> str:

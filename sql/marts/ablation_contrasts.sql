@@ -1,10 +1,10 @@
--- One row per unordered pair of arms in an ablation (an arm is the configuration a run is a seed of; dim_runs.arm,
--- the run itself by default), so one row per pair of runs when every arm has one run: the difference delta of
--- arm_b's and arm_a's matched rewards and its getvariable('ci_level') interval, computed by pipelines/stats/intervals
--- (registered on the connection by pipelines/stats/sql_functions.py). resolved: the interval excludes zero;
--- resolved_holm: the same claim adjusted by Holm's method for the ablation's k(k − 1)/2 claims (p_value is each
--- interval's own); both are null, with resolved_reason saying why, where the method cannot back a claim (too few
--- epochs) or there is no interval.
+-- One row per pair of arms an ablation compares (contrast_pairs: every pair when it has at most
+-- getvariable('pairwise_arms') arms, else every arm against its baseline or best arm; an arm is the configuration a
+-- run is a seed of, dim_runs.arm, the run itself by default): the difference delta of arm_b's and arm_a's matched
+-- rewards and its getvariable('ci_level') interval, computed by pipelines/stats/intervals (registered on the
+-- connection by pipelines/stats/sql_functions.py). resolved: the interval excludes zero; resolved_holm: the same
+-- claim adjusted by Holm's method for the ablation's claims (p_value is each interval's own); both are null, with
+-- resolved_reason saying why, where the method cannot back a claim (too few epochs) or there is no interval.
 -- Arms of one run each (unit `epochs of one run`): run_a < run_b are the runs, delta = matched_reward(run_b) −
 -- matched_reward(run_a), and the interval (pair_interval, by getvariable('ci_method')) is for the difference of the
 -- two runs' expected window means: a claim about these runs, not their configurations. seeds_needed: the seeds an
@@ -51,46 +51,29 @@ series as (
     from matched_series
 ),
 
--- each run's arm (a run missing from dim_runs is its own), and how many runs the arm has
+-- each run's arm (a run missing from dim_runs is its own)
 members as (
     select
         summaries.*,
-        coalesce(runs.arm, summaries.run_id) as arm,
-        count(*) over (partition by summaries.ablation, coalesce(runs.arm, summaries.run_id)) as arm_runs
+        coalesce(runs.arm, summaries.run_id) as arm
     from summaries
     left join runs using (run_id)
 ),
 
-arms as (
-    select
-        ablation,
-        arm,
-        any_value(run_id) as run_id,
-        any_value(arm_runs) as arm_runs,
-        min(matched_horizon) as matched_horizon
-    from members
-    group by ablation, arm
-),
-
--- a single run's arm is named by its run id in run_a/run_b, an arm of several runs by its name
+-- the pairs of arms compared, in the one place that decides them
 arm_pairs as (
     select
-        arm_a.ablation,
-        arm_a.arm as arm_a,
-        arm_b.arm as arm_b,
-        if(arm_a.arm_runs = 1, arm_a.run_id, arm_a.arm) as run_a,
-        if(arm_b.arm_runs = 1, arm_b.run_id, arm_b.arm) as run_b,
-        arm_a.arm_runs as n_runs_a,
-        arm_b.arm_runs as n_runs_b,
-        least(arm_a.matched_horizon, arm_b.matched_horizon) as matched_horizon,
-        case
-            when arm_a.arm_runs = 1 and arm_b.arm_runs = 1 then 'epochs of one run'
-            else 'runs'
-        end as unit
-    from arms as arm_a
-    inner join arms as arm_b
-        on arm_a.ablation = arm_b.ablation
-        and if(arm_b.arm_runs = 1, arm_b.run_id, arm_b.arm) > if(arm_a.arm_runs = 1, arm_a.run_id, arm_a.arm)
+        ablation,
+        arm_a,
+        arm_b,
+        run_a,
+        run_b,
+        n_runs_a,
+        n_runs_b,
+        matched_horizon,
+        unit,
+        pairing
+    from contrast_pairs
 ),
 
 -- arms of one run each: the two runs' interval, computed once per pair by pipelines/stats/intervals.pair_interval
@@ -295,7 +278,8 @@ final as (
             when adjusted.fit.reason is not null then adjusted.fit.reason
             else 'no interval: neither window varies, so there is no spread to estimate one from'
         end as resolved_reason,
-        adjusted.seeds_needed
+        adjusted.seeds_needed,
+        arm_pairs.pairing
     from adjusted
     inner join arm_pairs using (ablation, run_a, run_b)
 )

@@ -422,3 +422,21 @@ def test_seeds_needed_come_from_the_seeds_spread_when_an_arm_has_seeds(tables):
 def test_runs_whose_interval_backs_no_claim_are_listed_with_the_reason(report):
     runs = section(section(report, "## Ablation `abl`"), "### Runs")
     assert "Intervals shown that back no claim: `r_short`: too few epochs for an interval: 1 &lt; 2." in runs
+
+
+def test_an_ablation_compared_against_one_arm_says_which_and_why(tables):
+    # r_long leads: the two contrasts kept are those of the others against it, as contrast_pairs keeps them
+    against_best = tables["contrasts"].head(2).with_columns(pairing=pl.lit("against the best arm"))
+    text = render_report(
+        tables["runs"], tables["summary"], against_best, tables["snapshots"], ReportSettings(final_window=50)
+    )
+    contrasts = section(text, "### Pairwise contrasts of the matched reward")
+    assert "each is compared with its best arm (chosen on these data" in contrasts
+    assert ", `r_long`, alone" in contrasts
+    assert len(markdown_table(contrasts)) == 2
+    baseline = against_best.with_columns(pairing=pl.lit("against the baseline"))
+    text = render_report(tables["runs"], tables["summary"], baseline, tables["snapshots"], ReportSettings())
+    assert "each is compared with the baseline the registry names, `r_long`, alone" in text
+    every = tables["contrasts"].with_columns(pairing=pl.lit("every pair"))
+    text = render_report(tables["runs"], tables["summary"], every, tables["snapshots"], ReportSettings())
+    assert "more arms than `pairwise_arms`" not in text

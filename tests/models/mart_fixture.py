@@ -20,6 +20,7 @@ PARAMS = {
     "breakdown_window": 2,
     "snapshot_model_prefix": "model-",
     "advantage_tolerance": 1e-3,
+    "pairwise_arms": 20,
 }
 
 
@@ -88,7 +89,8 @@ def create_staging(
     extras_as_json_text: bool = False,
 ) -> None:
     """Writes fact_epochs, fact_trajectories and dim_runs as the staging models would; a run is (run_id, ablation,
-    group_size) or (run_id, ablation, group_size, arm), its arm the run itself by default."""
+    group_size), (run_id, ablation, group_size, arm) or (..., arm, baseline), its arm the run itself by default and
+    not its ablation's baseline."""
     group_size = {run[0]: run[2] for run in runs}
     epoch_rows, trajectory_rows = [], []
     for doc in epochs:
@@ -155,8 +157,9 @@ def create_staging(
                     "ablation": ablation,
                     "label": r,
                     "arm": arm,
+                    "baseline": baseline,
                 }
-                for r, ablation, size, arm in (run if len(run) == 4 else (*run, run[0]) for run in runs)
+                for r, ablation, size, arm, baseline in map(_run_fields, runs)
             ],
             schema={
                 "run_id": pl.String,
@@ -167,6 +170,7 @@ def create_staging(
                 "ablation": pl.String,
                 "label": pl.String,
                 "arm": pl.String,
+                "baseline": pl.Boolean,
             },
         ),
     }
@@ -175,6 +179,14 @@ def create_staging(
         con.execute(f"create or replace table {table} as select * from frame")
         con.unregister("frame")
     con.execute(empty_table_sql("trajectory_transcripts"))  # the fixture's runs have no transcripts
+
+
+def _run_fields(run: tuple) -> tuple:
+    """(run_id, ablation, group_size, arm, baseline) of a run as create_staging takes it."""
+    run_id, ablation, size, *rest = run
+    arm = rest[0] if rest else run_id
+    baseline = rest[1] if len(rest) > 1 else False
+    return run_id, ablation, size, arm, baseline
 
 
 def build_marts(con: duckdb.DuckDBPyConnection, params: dict | None = None) -> None:

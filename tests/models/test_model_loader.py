@@ -13,6 +13,7 @@ MARTS = [
     "run_summary",
     "snapshots",
     "ablation_contrasts",
+    "contrast_pairs",
     "reward_breakdowns",
     "matched_window_values",
     "matched_series",
@@ -34,7 +35,9 @@ def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
         "matched_window_values",
         "matched_series",
         "dim_runs",
+        "contrast_pairs",
     }
+    assert set(models["contrast_pairs"].model_deps) == {"run_summary", "dim_runs"}
     assert set(models["matched_window_values"].model_deps) == {"run_summary", "epoch_metrics"}
     assert models["snapshots"].model_deps == ("run_summary",)
     order = list(models)
