@@ -175,12 +175,9 @@ _PARAMETERS = (
     Parameter(
         "ci_method",
         "structural",
-        "how intervals are computed ([statistics.md](statistics.md)): `structural` (a contrast fits the paired "
-        "difference of the two runs' curves as a walk from their start + autocorrelated drift + noise, a run its curve "
-        "as a trend + drift + noise, with a t quantile of few degrees of freedom: false claims within target beyond "
-        "AR(1) drift), `reml` (each run as a trend + drift + noise, normal quantile: too many false claims when the "
-        "curve varies more slowly than one drift), `ar1` (the same by moments, worse) or `iid` (the window's epochs "
-        "taken as independent, too narrow on them)",
+        "how intervals are computed ([statistics.md](statistics.md)): `structural` (trend or walk + autocorrelated "
+        "drift + noise, t quantile: false claims within target), `reml` (too many false claims on slowly varying "
+        "curves), `ar1` (by moments, worse) or `iid` (epochs taken as independent, too narrow)",
         choices=("structural", "reml", "ar1", "iid"),
     ),
     Parameter(
@@ -203,8 +200,8 @@ _PARAMETERS = (
     Parameter(
         "pairwise_arms",
         20,
-        "an ablation of at most this many arms has a contrast for every pair of arms; a larger one, every arm against "
-        "its baseline (the registry's `baseline`), else against its best arm ([metrics.md](metrics.md))",
+        "an ablation of at most this many arms compares every pair; a larger one, each arm with its `baseline`, else "
+        "with its best arm",
         low=2,
         unit="arms",
     ),
