@@ -161,19 +161,28 @@ def test_the_explorer_works_offline_and_reproduces_the_warehouse(sample_warehous
     transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablations)  # last: it leaves the page
 
 
+BINARY_RUN = "binary_v1_grpo_binary_v1_bs64"
+
+
+def binary_run_transcripts(warehouse, columns: str, matched_window: bool = False) -> list[tuple]:
+    """columns (of t: trajectory_transcripts, f: fact_trajectories, r: dim_runs) of the binary run's trajectories
+    with a transcript, of its matched window's epochs only when asked."""
+    window = " and epoch in (select epoch from matched_window_values where run_id = $run)" if matched_window else ""
+    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
+        return con.execute(
+            f"select {columns} from trajectory_transcripts as t "
+            "join fact_trajectories as f using (run_id, epoch, traj_index) join dim_runs as r using (run_id) "
+            f"where run_id = $run and t.transcript_path is not null{window}",
+            {"run": BINARY_RUN},
+        ).fetchall()
+
+
 def transcript_lengths_beside_the_reward(driver, warehouse, runs, ablations):
     """Under the binary run's reward, its transcripts' length per epoch with transcripts, unsmoothed: the mean
     characters of content (solid) and that of the top third of finite rewards, ties by position (dashed), worked out
     here from the trajectories' rows."""
-    run = "binary_v1_grpo_binary_v1_bs64"
-    section = ablations.index(dict(runs)[run])
-    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
-        rows = con.execute(
-            "select t.epoch, t.traj_index, t.content_chars, f.reward from trajectory_transcripts as t "
-            "join fact_trajectories as f using (run_id, epoch, traj_index) "
-            "where run_id = ? and t.transcript_path is not null",
-            [run],
-        ).fetchall()
+    run, section = BINARY_RUN, ablations.index(dict(runs)[BINARY_RUN])
+    rows = binary_run_transcripts(warehouse, "t.epoch, t.traj_index, t.content_chars, f.reward")
     by_epoch: dict[int, list] = {}
     for epoch, traj_index, chars, reward in rows:
         by_epoch.setdefault(epoch, []).append((reward, traj_index, chars))
@@ -195,16 +204,9 @@ def transcripts_listed_with_links_to_their_files(driver, warehouse, runs, ablati
     """The binary run's matched window lists the five highest- and lowest-reward trajectories among its transcripts
     there (ranked here from the warehouse's rows, ties by epoch and position), each with its transcript's first line
     as its file holds it; an epoch's lists hold that epoch's; a link opens the transcript's file."""
-    run = "binary_v1_grpo_binary_v1_bs64"
-    section = ablations.index(dict(runs)[run])
-    with duckdb.connect(str(warehouse / "warehouse.duckdb"), read_only=True) as con:
-        rows = con.execute(
-            "select t.epoch, t.traj_index, t.trajectory_id, f.reward, r.release_root || '/' || t.transcript_path "
-            "from trajectory_transcripts as t join fact_trajectories as f using (run_id, epoch, traj_index) "
-            "join dim_runs as r using (run_id) where run_id = ? and t.transcript_path is not null "
-            "and epoch in (select epoch from matched_window_values where run_id = ?)",
-            [run, run],
-        ).fetchall()
+    section = ablations.index(dict(runs)[BINARY_RUN])
+    columns = "t.epoch, t.traj_index, t.trajectory_id, f.reward, r.release_root || '/' || t.transcript_path"
+    rows = binary_run_transcripts(warehouse, columns, matched_window=True)
     by_reward = sorted(rows, key=lambda r: (-r[3], r[0], r[1])), sorted(rows, key=lambda r: (r[3], r[0], r[1]))
     listed = """return [...document.querySelectorAll(`#ablation-${arguments[0]} .transcript-lists li`)].map(li => [
         li.querySelector('code').textContent, li.querySelector('.first-line').textContent, li.querySelector('a').href
