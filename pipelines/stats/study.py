@@ -8,7 +8,7 @@ Runs are simulated by pipelines.stats.simulate: by default 200 epochs of a learn
 standard deviation 0.04) plus sampling noise from 16 GRPO groups (standard deviation 0.03), the window the last 50
 epochs; each row changes one thing. The two runs of a pair are independent draws of the same process; with a true
 difference the second run's curve is shifted by it. Arms of seeds compare the window means of k runs an arm. Rates
-come with their Wilson 95% range. Prints the Markdown table of docs/statistics.md.
+come with their Wilson 95% range. Prints the Markdown table that docs/statistics.md shows condensed.
 """
 
 from __future__ import annotations

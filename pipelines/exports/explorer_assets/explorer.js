@@ -1045,7 +1045,11 @@
       ? "Resolved: an interval that allows for autocorrelated epochs excludes zero" + (holm ? ", Holm-adjusted over the ablation's pairs" : "")
         + "; no claim: the method cannot hold its level here, for the reason shown. Unit: epochs of one run, an interval for "
         + "the difference of these two runs' expected window means (were the same runs replayed), not of their "
-        + "configurations; runs, for the difference of the configurations' mean matched rewards over seeds."
+        + "configurations" + (rows.some((r) => r.ci_method === "structural")
+          ? ", assuming (structural) their paired difference is a random walk from the runs' start plus stationary "
+            + "drift and noise" : "")
+        + "; runs, for the difference of the configurations' mean matched rewards over seeds, the seeds taken as "
+        + "independent draws."
       : "These intervals resample epochs as if independent; per-epoch rewards are autocorrelated, so they are too narrow to resolve anything.";
     return el("div", {}, el("table", { class: "data" }, el("thead", {}, head), el("tbody", {}, body)),
               el("p", { class: "note" }, `Δ and P(B > A) compare the matched windows. ${note}${more}`));
