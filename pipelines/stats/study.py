@@ -2,7 +2,7 @@
 resolves a pair of runs with no true difference, how often it finds a true difference of 0.10, and how often a run's
 own interval covers its quantity (the expected mean of its window).
 
-    python -m pipelines.stats.study [--pairs 1000] [--seed 1] [--quick]
+    python -m pipelines.stats.study [--pairs 400] [--seed 1] [--quick]
 
 Runs are simulated by pipelines.stats.simulate: by default 200 epochs of a learning curve plus an AR(1) drift (φ 0.9,
 standard deviation 0.04) plus sampling noise from 16 GRPO groups (standard deviation 0.03), the window the last 50
@@ -186,7 +186,7 @@ def markdown_line(row: Row, result: dict, pairs: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=1000, help="simulated pairs per row")
+    parser.add_argument("--pairs", type=int, default=400, help="simulated pairs per row (400: minutes of CPU)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="a subset of the rows (the default's hardest)")
     args = parser.parse_args(argv)
