@@ -46,9 +46,10 @@ ASSETS = Path(__file__).with_name("explorer_assets")
 INDEX = "index.html"
 ABLATION_FOLDER = "ablations"
 ALL_RUNS = "all-runs.html"
-# Up to this many ablations share index.html; beyond it each has a page, index.html lists them and all-runs.html
-# overlays their best runs.
+# Up to this many ablations share index.html, when they hold this many runs between them; beyond either each has a
+# page (of about 1.5 MB at 40 runs), index.html lists them and all-runs.html overlays their best runs.
 MAX_ABLATIONS_ON_INDEX = 4
+MAX_RUNS_ON_INDEX = 20
 
 
 @dataclass(frozen=True)
@@ -376,7 +377,7 @@ def explorer_contents(tables: ExplorerTables, settings: ExplorerSettings) -> dic
     def inputs(*parts) -> str:
         return hashlib.sha256(json.dumps([common, *parts], default=str).encode()).hexdigest()[:16]
 
-    if len(ablations) <= MAX_ABLATIONS_ON_INDEX:
+    if len(ablations) == 1 or (len(ablations) <= MAX_ABLATIONS_ON_INDEX and tables.runs.height <= MAX_RUNS_ON_INDEX):
 
         def sections() -> dict:
             return {**common, "ablations": [ablation_payload(a, split[a]) for a in ablations]}

@@ -18,6 +18,7 @@ from pipelines.defs.exports.assets import run_explorer
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports.explorer import (
     MAX_ABLATIONS_ON_INDEX,
+    MAX_RUNS_ON_INDEX,
     ExplorerSettings,
     ExplorerTables,
     Page,
@@ -447,6 +448,20 @@ def many_runs(n_arms: int, seeds: int) -> dict[str, pl.DataFrame]:
     )
     empty = pl.DataFrame({"run_id": []}, schema={"run_id": pl.String})
     return {"runs": runs, "epochs": epochs, "summary": summary, "contrasts": contrasts, "snapshots": empty}
+
+
+def test_two_ablations_of_many_runs_get_a_page_each_and_one_ablation_stays_on_the_index():
+    def pages(n_runs: int, ablations: int) -> list[str]:
+        tables = many_runs(n_runs, 1)
+        half = pl.int_range(pl.len()) < n_runs // 2
+        runs = tables["runs"].with_columns(
+            ablation=pl.when(half | (ablations == 1)).then(pl.lit("a")).otherwise(pl.lit("b"))
+        )
+        return sorted(explorer_pages(explorer_tables({**tables, "runs": runs}, breakdowns=pl.DataFrame()), SETTINGS))
+
+    assert pages(MAX_RUNS_ON_INDEX, 2) == ["index.html"]
+    assert pages(MAX_RUNS_ON_INDEX + 2, 2) == ["ablations/a.html", "ablations/b.html", "all-runs.html", "index.html"]
+    assert pages(3 * MAX_RUNS_ON_INDEX, 1) == ["index.html"]
 
 
 def test_an_ablation_of_thousands_of_runs_is_summarised_and_its_page_stays_small():
