@@ -100,11 +100,8 @@ def ingest_runs(
     try:
         for run in runs:
             job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, settings)
-            if isinstance(job, RunIngestResult):
-                done(job)
-                continue
-            if workers <= 1:  # one worker: a process of its own would only add its start-up
-                done(job[0](job[1], lake, max_file_bytes, **settings))
+            if isinstance(job, RunIngestResult) or workers <= 1:  # one worker: a process would only add its start
+                done(job if isinstance(job, RunIngestResult) else job[0](job[1], lake, max_file_bytes, **settings))
                 continue
             if waiting is None and pool is None:
                 waiting = job
