@@ -72,7 +72,7 @@ def ingest_runs(
     """Ingests runs independently, in parallel processes when several have files to parse; reports each as it finishes.
 
     Runs this process cannot settle (_settle_or_job) go to the pool as they are found, or are ingested here when
-    there is only one (one new epoch file) or one worker. settings: ingest_run's quiet_seconds and transcript_text.
+    there is only one (one new epoch file). settings: ingest_run's quiet_seconds and transcript_text.
     """
     lake = lake_root(lake)
     workers = min(workers or os.cpu_count() or 1, len(runs))
@@ -100,8 +100,8 @@ def ingest_runs(
     try:
         for run in runs:
             job = _settle_or_job(run, lake, max_file_bytes, workers, full_scan, settings)
-            if isinstance(job, RunIngestResult) or workers <= 1:  # one worker: a process would only add its start
-                done(job if isinstance(job, RunIngestResult) else job[0](job[1], lake, max_file_bytes, **settings))
+            if isinstance(job, RunIngestResult):
+                done(job)
                 continue
             if waiting is None and pool is None:
                 waiting = job
