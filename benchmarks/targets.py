@@ -13,8 +13,6 @@ TARGET_INGEST_VS_DECODE = 2.0  # ingest within 2x of the decode-only lower bound
 TARGET_DUCKDB_VS_INGEST = 2.0  # ingest at least 2x faster than plain DuckDB, at 10x and 100x
 TARGET_PEAK_BYTES = 1 * GIB  # at 100x
 TARGET_NOCHANGE_GROWTH = 1.5  # no-change rebuild time, 1x -> 100x
-TARGET_ONE_FILE_SHARE = 0.05  # one new epoch file at 100x, as a share of a full ingest
-TARGET_BUILD_ONE_FILE_SHARE = 0.05  # the whole build after one new epoch file at 100x, as a share of a fresh build
 TARGET_BUILD_VS_JSON = 10.0  # fresh whole build within 10x of a 1-process json.loads read-and-decode, at 10x
 TARGET_BUILD_VS_INGEST = 3.0  # fresh whole build within 3x of the ingest alone, at 100x
 TARGET_INGEST_IN_BUILD = 1.25  # the build's ingest steps within 1.25x of the ingest alone, at 10x and 100x
@@ -176,9 +174,6 @@ def ingest_targets(label: str, scale: int | None, summary: dict, add) -> None:
                     peak < TARGET_PEAK_BYTES,
                     "MiB",
                 )
-        share = summary["one_file_share"]
-        bar = f"< {100 * TARGET_ONE_FILE_SHARE:.0f}"
-        add(label, "one new epoch file / full ingest", 100 * share, bar, share < TARGET_ONE_FILE_SHARE, "%")
     parsed = summary["no_change_files_parsed"]
     add(label, "no-change rebuild parses nothing", parsed, "0", parsed == 0, "files")
     if "transcripts" in summary and (scale is None or scale >= 10):
@@ -213,7 +208,6 @@ def build_targets(label: str, scale: int | None, summary: dict, add) -> None:
         at_most("fresh whole build / 1-process json.loads read-and-decode", "build_vs_json", TARGET_BUILD_VS_JSON, "x")
     if scale is None or scale >= 100:
         at_most("fresh whole build / ingest alone (process wall)", "build_vs_ingest", TARGET_BUILD_VS_INGEST, "x")
-        one_file_build_targets(label, summary, add)
     if scale is None or scale >= 10:
         at_most("ingest steps in the build / ingest alone", "ingest_in_build", TARGET_INGEST_IN_BUILD, "x")
     if "statistics_share" in summary:
@@ -221,18 +215,3 @@ def build_targets(label: str, scale: int | None, summary: dict, add) -> None:
         at_most(target, "statistics_share", TARGET_STATISTICS_SHARE, "%", percent=True)
     if "query_seconds" in summary:
         at_most('grpo-warehouse sql "select 1" (process wall, median)', "query_seconds", TARGET_QUERY_SECONDS, "s")
-
-
-def one_file_build_targets(label: str, summary: dict, add) -> None:
-    """The whole build after one new epoch file against a fresh build, on process wall (what a user waits for) and on
-    CPU (what a loaded machine does not inflate)."""
-    for key, measured in (("build_one_file_share", "process wall"), ("build_one_file_cpu_share", "cpu")):
-        if key in summary:
-            add(
-                label,
-                f"whole build after one new epoch file / fresh build ({measured})",
-                100 * summary[key],
-                f"< {100 * TARGET_BUILD_ONE_FILE_SHARE:.0f}",
-                summary[key] < TARGET_BUILD_ONE_FILE_SHARE,
-                "%",
-            )

@@ -120,7 +120,7 @@ def test_targets_are_judged_against_their_bars():
     assert verdicts[("scale 100x", "plain DuckDB / ingest")] is False  # 1.67x, bar 2x
     assert verdicts[("scale 100x", "peak memory, ingest (process tree)")] is False  # exactly 1 GiB
     assert verdicts[("scale 100x", "peak memory, whole build (process tree)")] is False
-    assert verdicts[("scale 100x", "one new epoch file / full ingest")] is False  # 5.6%
+    assert not [target for _, target in verdicts if "one new epoch file" in target]  # reported, no bar to hold
     assert verdicts[("1x -> 100x", "no-change rebuild time growth (whole build, process wall)")] is False  # 1.58x
     assert verdicts[("1x -> 100x", "no-change rebuild time growth (ingest, process wall)")] is True  # 0.58 / 0.4
     assert ("scale 1x", "ingest / decode-only lower bound") not in verdicts  # the ratio targets start at 10x
@@ -202,10 +202,7 @@ def test_the_whole_build_is_judged_against_its_references_and_its_parts():
     assert verdicts[("scale 100x", "fresh whole build / ingest alone (process wall)")] is False  # 8x, bar 3x
     assert ("scale 10x", "fresh whole build / ingest alone (process wall)") not in verdicts
     assert verdicts[("scale 10x", "ingest steps in the build / ingest alone")] is True  # exactly 1.25x
-    one_file = "whole build after one new epoch file / fresh build"
-    assert verdicts[("scale 100x", f"{one_file} (process wall)")] is True  # 4.9%
-    assert verdicts[("scale 100x", f"{one_file} (cpu)")] is False  # exactly 5%
-    assert ("scale 10x", f"{one_file} (cpu)") not in verdicts  # judged at 100x
+    assert not [target for _, target in verdicts if "one new epoch file" in target]  # reported, no bar to hold
     assert verdicts[("scale 10x", "interval statistics / fresh whole build (cpu)")] is True
     assert not [target for _, target in verdicts if "figure" in target]  # measured and reported, no bar to hold
     assert verdicts[("scale 10x", 'grpo-warehouse sql "select 1" (process wall, median)')] is True
