@@ -31,23 +31,33 @@ def snapshot(folder):
     }
 
 
-def test_a_build_parses_only_new_or_changed_files_and_a_no_change_build_rewrites_nothing(
+def test_a_build_parses_only_new_or_changed_files_removals_leave_and_a_no_change_build_rewrites_nothing(
     tmp_path, write_epoch, build, query, parsed
 ):
+    """run_a and run_b gain and change files, run_c loses two (one quarantined) and run_d goes: each build once."""
     release, wh = tmp_path / "release", tmp_path / "wh"
     for epoch in range(3):
         write_epoch(release / "run_a", epoch)
         write_epoch(release / "run_b", epoch, layout="folder")
+        write_epoch(release / "run_c", epoch)
+        write_epoch(release / "run_d", epoch)
+    (release / "run_c" / "epoch_003_results.json").write_text('{"epoch": 3, "rewards": [')  # quarantined
     assert build([release], wh) == 0
-    assert len(parsed) == 6
+    assert len(parsed) == 3 * 4 + 1
+    assert query(wh, "select count(*) from ingest_errors where run_id = 'run_c' and severity = 'error'") == [(1,)]
 
     parsed.clear()
     write_epoch(release / "run_a", 3)
     write_epoch(release / "run_a", 4, epoch_document(4, n=2))
     changed = write_epoch(release / "run_b", 1, epoch_document(1, n=3), layout="folder")
     touch_later(changed)
+    (release / "run_c" / "epoch_001_results.json").unlink()
+    (release / "run_c" / "epoch_003_results.json").unlink()
+    for path in (release / "run_d").iterdir():
+        path.unlink()
+    (release / "run_d").rmdir()
     assert build([release], wh) == 0
-    assert sorted(parsed) == [
+    assert sorted(parsed) == [  # a removal needs no parsing
         "run_a/epoch_003_results.json",
         "run_a/epoch_004_results.json",
         "run_b/epoch_001/results.json",
@@ -55,8 +65,22 @@ def test_a_build_parses_only_new_or_changed_files_and_a_no_change_build_rewrites
     assert query(wh, "select run_id, count(*), sum(n_trajectories) from fact_epochs group by 1 order by 1") == [
         ("run_a", 5, 4 * 4 + 2),
         ("run_b", 3, 4 + 3 + 4),
+        ("run_c", 2, 4 + 4),
     ]
     assert query(wh, "select count(*) from fact_trajectories where run_id = 'run_b' and epoch = 1") == [(3,)]
+    assert query(wh, "select run_id, epoch from fact_epochs where run_id = 'run_c' order by 2") == [
+        ("run_c", 0),
+        ("run_c", 2),
+    ]
+    assert query(
+        wh, "select distinct run_id, epoch from fact_trajectories where run_id in ('run_c', 'run_d') order by 1, 2"
+    ) == [("run_c", 0), ("run_c", 2)]
+    assert query(wh, "select run_id from dim_runs order by 1") == [("run_a",), ("run_b",), ("run_c",)]
+    assert query(wh, "select count(*) from ingest_errors where severity = 'error'") == [(0,)]
+    assert query(wh, "select source_path from file_inventory where run_id in ('run_c', 'run_d') order by 1") == [
+        ("run_c/epoch_000_results.json",),
+        ("run_c/epoch_002_results.json",),
+    ]
 
     parsed.clear()
     before = snapshot(wh)
@@ -65,33 +89,3 @@ def test_a_build_parses_only_new_or_changed_files_and_a_no_change_build_rewrites
     after = snapshot(wh)
     assert after == before  # lake, build database, warehouse.duckdb, exports: not one file rewritten
     assert "warehouse.duckdb" in after and any(p.startswith("lake/epochs/") for p in after)
-
-
-def test_removed_files_and_run_folders_leave_the_warehouse(tmp_path, write_epoch, build, query, parsed):
-    release, wh = tmp_path / "release", tmp_path / "wh"
-    for epoch in range(3):
-        write_epoch(release / "run_a", epoch)
-        write_epoch(release / "run_b", epoch)
-    (release / "run_a" / "epoch_003_results.json").write_text('{"epoch": 3, "rewards": [')  # quarantined
-    assert build([release], wh) == 0
-    assert query(wh, "select count(*) from ingest_errors where run_id = 'run_a' and severity = 'error'") == [(1,)]
-
-    parsed.clear()
-    (release / "run_a" / "epoch_001_results.json").unlink()
-    (release / "run_a" / "epoch_003_results.json").unlink()
-    for path in (release / "run_b").iterdir():
-        path.unlink()
-    (release / "run_b").rmdir()
-    assert build([release], wh) == 0
-    assert parsed == []  # a removal needs no parsing
-    assert query(wh, "select run_id, epoch from fact_epochs order by 1, 2") == [("run_a", 0), ("run_a", 2)]
-    assert query(wh, "select distinct run_id, epoch from fact_trajectories order by 1, 2") == [
-        ("run_a", 0),
-        ("run_a", 2),
-    ]
-    assert query(wh, "select run_id from dim_runs") == [("run_a",)]
-    assert query(wh, "select count(*) from ingest_errors where severity = 'error'") == [(0,)]
-    assert query(wh, "select source_path from file_inventory order by 1") == [
-        ("run_a/epoch_000_results.json",),
-        ("run_a/epoch_002_results.json",),
-    ]
