@@ -72,6 +72,8 @@ class SqlModel:
     # it passes through unchanged, for the catalog's column lineage
     columns_from: tuple[str, ...] = ()
     parameters: tuple[str, ...] = ()  # the parameters its SQL reads (getvariable), and those the macros read
+    # the Python functions of sql_functions its SQL calls, and those the macros call: registered on its connection
+    python_functions: tuple[str, ...] = ()
 
     def code_version(self, code: str) -> str:
         """Its code version: its SQL, the macros, and code, the code version of what runs it (code_versions)."""
@@ -92,10 +94,7 @@ def parameters_read(sql: str, where: str, declared: Collection[str] = PARAMETERS
     """The names the SQL reads with getvariable('<name>'), from DuckDB's tokens (comments and strings are not calls).
     Raises ModelError, naming where, for a name that is not a declared parameter (DuckDB would read NULL) or a
     getvariable of anything but a name in quotes."""
-    # DuckDB's token positions are of the UTF-8 bytes
-    text = sql.encode()
-    starts = [*duckdb.tokenize(sql), (len(text), None)]
-    tokens = [(text[start:end].decode().strip(), kind) for (start, kind), (end, _) in pairwise(starts)]
+    tokens = _tokens(sql)
     names = set()
     for index, (text, kind) in enumerate(tokens):
         if kind != duckdb.token_type.identifier or text.lower() != "getvariable":
@@ -114,6 +113,14 @@ def parameters_read(sql: str, where: str, declared: Collection[str] = PARAMETERS
     return names
 
 
+def _tokens(sql: str) -> list[tuple[str, duckdb.token_type]]:
+    """The SQL's tokens as DuckDB reads them: (text, kind)."""
+    # DuckDB's token positions are of the UTF-8 bytes
+    text = sql.encode()
+    starts = [*duckdb.tokenize(sql), (len(text), None)]
+    return [(text[start:end].decode().strip(), kind) for (start, kind), (end, _) in pairwise(starts)]
+
+
 def header_comment(sql: str) -> str:
     match = _LEADING_COMMENT.match(sql)
     if not match:
@@ -128,17 +135,28 @@ def referenced_tables(sql: str, con: duckdb.DuckDBPyConnection | None = None) ->
     """(schema, table) of every table the query reads, from DuckDB's own parse tree; CTE names excluded.
 
     con: an in-memory connection to parse with (one is made when not given: tens of milliseconds each)."""
+    return sql_reads(sql, con)[0]
+
+
+def sql_reads(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> tuple[set[tuple[str, str]], set[str]]:
+    """What the query reads, from DuckDB's own parse tree: (schema, table) of every table (CTE names excluded), and
+    the name of every function it calls.
+
+    con: an in-memory connection to parse with (one is made when not given: tens of milliseconds each)."""
     with nullcontext(con) if con is not None else duckdb.connect() as con:
         tree = json.loads(con.execute("select json_serialize_sql(?)", [sql]).fetchone()[0])
     if tree.get("error"):
         raise ValueError(tree.get("error_message", "cannot parse"))
     tables: set[tuple[str, str]] = set()
     ctes: set[str] = set()
+    functions: set[str] = set()
 
     def walk(node) -> None:
         if isinstance(node, dict):
             if node.get("type") == "BASE_TABLE" and node.get("table_name"):
                 tables.add((node.get("schema_name") or "", node["table_name"]))
+            if node.get("class") == "FUNCTION" and node.get("function_name"):
+                functions.add(node["function_name"])
             cte_map = node.get("cte_map")
             if isinstance(cte_map, dict):
                 ctes.update(entry.get("key", "") for entry in cte_map.get("map", []))
@@ -149,7 +167,7 @@ def referenced_tables(sql: str, con: duckdb.DuckDBPyConnection | None = None) ->
                 walk(value)
 
     walk(tree)
-    return {(schema, table) for schema, table in tables if schema or table not in ctes}
+    return {(schema, table) for schema, table in tables if schema or table not in ctes}, functions
 
 
 def load_models(
@@ -164,16 +182,17 @@ def load_models(
         raise ModelError(f"two model files define the same table: {', '.join(duplicates)}")
     declarations = _declarations({p.parent for p in paths}, names)
     read_by_macros = parameters_read(FUNCTIONS_SQL, str(SQL_DIR / "functions.sql"), declared)
+    called_by_macros = {text for text, _ in _tokens(FUNCTIONS_SQL)} & set(sql_functions.FUNCTIONS)
     models: dict[str, SqlModel] = {}
     sources = {path: path.read_text() for path in paths}
     parsed = {}
     with duckdb.connect() as parser:
         for path, sql in sources.items():
             try:
-                parsed[path] = referenced_tables(sql, parser)
+                parsed[path] = sql_reads(sql, parser)
             except ValueError as exc:
                 raise ModelError(f"{path}: the SQL does not parse: {exc}") from None
-    for path, tables in parsed.items():
+    for path, (tables, called) in parsed.items():
         sql = sources[path]
         model_deps, lake_deps = set(), set()
         for schema, table in tables:
@@ -197,6 +216,7 @@ def load_models(
             tuple(sorted(lake_deps)),
             **declarations.get(path.stem, {}),
             parameters=tuple(sorted(parameters_read(sql, str(path), declared) | read_by_macros)),
+            python_functions=tuple(sorted(called & set(sql_functions.FUNCTIONS) | called_by_macros)),
         )
     return _in_dependency_order(models)
 
@@ -275,13 +295,16 @@ def _in_dependency_order(models: dict[str, SqlModel]) -> dict[str, SqlModel]:
     return ordered
 
 
-def set_parameters(con: duckdb.DuckDBPyConnection, params: dict) -> None:
-    """Makes the metric parameters visible to the SQL as `getvariable('name')`, and its macros and Python functions
-    callable."""
+def set_parameters(
+    con: duckdb.DuckDBPyConnection, params: dict, python_functions: Collection[str] = tuple(sql_functions.FUNCTIONS)
+) -> None:
+    """Makes the metric parameters visible to the SQL as `getvariable('name')`, and its macros and the given Python
+    functions (default all) callable."""
     for name, value in params.items():
         con.execute(f"set variable {name} = ?", [value])
     con.execute(FUNCTIONS_SQL)
-    sql_functions.register_functions(con)
+    if python_functions:
+        sql_functions.register_functions(con, python_functions)
 
 
 def run_model(con: duckdb.DuckDBPyConnection, model: SqlModel) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Collection
 from contextlib import AbstractContextManager
 
 import duckdb
@@ -184,15 +185,18 @@ FUNCTIONS = {
 }
 
 
-def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Makes FUNCTIONS callable from the SQL run on con (once per connection)."""
+def register_functions(con: duckdb.DuckDBPyConnection, names: Collection[str] = tuple(FUNCTIONS)) -> None:
+    """Makes the named FUNCTIONS (default all) callable from the SQL run on con, where they are not already: a
+    function registered on a cursor is seen by the database's other cursors."""
+    # Listing the database's functions costs tens of milliseconds: done only for a model that calls one of them.
     present = {
         name
         for (name,) in con.execute(
-            "select function_name from duckdb_functions() where function_name in ?", [list(FUNCTIONS)]
+            "select function_name from duckdb_functions() where function_name in ?", [list(names)]
         ).fetchall()
     }
-    for name, (function, parameters, returns) in FUNCTIONS.items():
+    for name in names:
+        function, parameters, returns = FUNCTIONS[name]
         if name not in present:
             # "special": a null argument reaches the function, which returns null itself (seeds_per_arm, mostly)
             con.create_function(name, function, parameters, returns, null_handling="special")

@@ -3,7 +3,8 @@
 import duckdb
 import pytest
 
-from pipelines.models import ModelError, header_comment, load_models, run_model
+from pipelines.models import ModelError, header_comment, load_models, run_model, set_parameters
+from pipelines.stats.sql_functions import FUNCTIONS
 from pipelines.warehouse_db import LAKE_VIEWS
 
 MARTS = [
@@ -43,6 +44,35 @@ def test_every_mart_is_a_described_model_with_dependencies_from_its_sql():
     order = list(models)
     for model in models.values():
         assert all(order.index(dep) < order.index(model.name) for dep in model.model_deps)
+
+
+def test_a_model_registers_the_python_functions_its_sql_calls_and_no_other(tmp_path):
+    (tmp_path / "marts").mkdir()
+    (tmp_path / "marts" / "fits.sql").write_text(
+        "-- run_interval(...) here is a comment, 'seeds_per_arm(1)' below a string\n"
+        "with power as (select SEEDS_PER_ARM(1.0, 1.0, 0.95) as seeds)\n"
+        "select seeds, 'run_interval(x)' as words from power\n"
+    )
+    (tmp_path / "marts" / "plain.sql").write_text("select 1 as arm_interval\n")
+    models = load_models(tmp_path)
+    assert models["fits"].python_functions == ("seeds_per_arm",)
+    assert models["plain"].python_functions == ()
+
+    def registered(con) -> set[str]:
+        found = con.execute("select function_name from duckdb_functions() where function_name in ?", [list(FUNCTIONS)])
+        return {name for (name,) in found.fetchall()}
+
+    con = duckdb.connect()
+    set_parameters(con, {}, models["plain"].python_functions)
+    assert registered(con) == set()
+    for _ in range(2):  # again on the same connection: already there
+        set_parameters(con, {}, models["fits"].python_functions)
+    assert registered(con) == {"seeds_per_arm"}
+    run_model(con, models["fits"])
+    # a difference of one standard deviation at 80% power and 5%: 17 an arm, as power tables give it
+    assert con.execute("select seeds, words from fits").fetchall() == [(17, "run_interval(x)")]
+    set_parameters(con, {})  # by default, every function
+    assert registered(con) == set(FUNCTIONS)
 
 
 def test_a_model_reading_a_missing_table_fails_naming_its_file(tmp_path):

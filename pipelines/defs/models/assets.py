@@ -129,10 +129,11 @@ def _incremental_inputs(con, model: SqlModel, params: dict, lake) -> tuple[str, 
 
 
 def _prepare(con, model: SqlModel, params: dict, lake) -> None:
-    """What the model's SQL needs before it runs: the lake views over today's files, the metric parameters."""
+    """What the model's SQL needs before it runs: the lake views over today's files, the metric parameters it reads,
+    the Python functions it calls."""
     if model.lake_deps:
         create_lake_views(con, lake)
-    set_parameters(con, params)
+    set_parameters(con, {name: params.get(name) for name in model.parameters}, model.python_functions)
 
 
 def _rebuild(con, model: SqlModel, params: dict, lake) -> None:
