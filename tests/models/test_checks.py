@@ -36,6 +36,21 @@ def test_every_check_passes_on_clean_data():
     assert {name: r.passed for name, r in results.items()} == dict.fromkeys(results, True)
 
 
+@pytest.mark.parametrize("nulls", [0, 1, checks.EXAMPLES, checks.EXAMPLES + 1, 3 * checks.EXAMPLES])
+def test_a_check_counts_every_offending_row_and_lists_the_first_ones(nulls):
+    con = duckdb.connect()
+    # ids 0..nulls+4, the first `nulls` of them without a name
+    con.execute(
+        "create table t as select i as id, case when i >= ? then 'x' end as name from range(? + 5) as r(i)",
+        [nulls, nulls],
+    )
+    result = checks.violations(con, "t", "not_null", ("name",))
+    assert (result.passed, result.metadata["count"].value) == (nulls == 0, nulls)
+    listed = [row["id"] for row in result.metadata["examples"].value]
+    assert len(listed) == len(set(listed)) == min(nulls, checks.EXAMPLES)
+    assert set(listed) <= set(range(nulls))
+
+
 def test_epoch_gaps_warn_and_name_the_missing_epochs():
     result = checks.epoch_gaps(built(EPOCHS))  # run_a has epochs 0, 1, 3
     assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN

@@ -42,11 +42,14 @@ EXAMPLES = 50  # offending rows listed in a check's metadata
 
 def _examples(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple[int, list[dict]]:
     """The number of rows a query returns, and the first EXAMPLES of them as dicts."""
-    relation = con.execute(f"select count(*) from ({sql})", params or [])
-    total = relation.fetchone()[0]
-    cursor = con.execute(f"select * from ({sql}) limit {EXAMPLES}", params or [])
+    cursor = con.execute(f"select * from ({sql}) limit {EXAMPLES + 1}", params or [])
     names = [column[0] for column in cursor.description]
-    return total, [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    examples = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    # Counted by a second query only past EXAMPLES rows: a passing check runs its query once.
+    total = len(examples)
+    if total > EXAMPLES:
+        total = con.execute(f"select count(*) from ({sql})", params or []).fetchone()[0]
+    return total, examples[:EXAMPLES]
 
 
 def _result(total: int, examples: list[dict], severity: dg.AssetCheckSeverity, what: str) -> dg.AssetCheckResult:
@@ -391,12 +394,10 @@ _METADATA_VALUES = {
 }
 
 
-def check_fingerprint(
-    con: duckdb.DuckDBPyConnection, check: ModelCheck, warehouse: WarehouseConfig, given: dict[str, str] | None = None
-) -> str | None:
-    """What a check's result depends on; None when a table it reads has no recorded fingerprint (then always run).
-    given: fingerprints of tables to use instead of their recorded ones."""
-    tables = model_fingerprints(con, check.reads) | (given or {})
+def check_fingerprint(check: ModelCheck, warehouse: WarehouseConfig, recorded: dict[str, str | None]) -> str | None:
+    """What a check's result depends on, given the tables' fingerprints (model_fingerprints); None when a table it
+    reads has none (then always run)."""
+    tables = {table: recorded.get(table) for table in check.reads}
     if any(fingerprint is None for fingerprint in tables.values()):
         return None
     payload = json.dumps(
@@ -406,14 +407,19 @@ def check_fingerprint(
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def stored_result(
-    con: duckdb.DuckDBPyConnection, model: str, check: str, fingerprint: str
-) -> dg.AssetCheckResult | None:
-    row = con.execute(
-        f"select passed, severity, description, metadata from {BOOKKEEPING}.check_state"
-        " where model = ? and check_name = ? and fingerprint = ?",
-        [model, check, fingerprint],
-    ).fetchone()
+def stored_results(con: duckdb.DuckDBPyConnection, model: str) -> dict[tuple[str, str], tuple]:
+    """The stored results of a model's checks, by (check name, fingerprint)."""
+    rows = con.execute(
+        f"select check_name, fingerprint, passed, severity, description, metadata from {BOOKKEEPING}.check_state"
+        " where model = ?",
+        [model],
+    ).fetchall()
+    return {(check, fingerprint): row for check, fingerprint, *row in rows}
+
+
+def stored_result(stored: dict[tuple[str, str], tuple], check: str, fingerprint: str) -> dg.AssetCheckResult | None:
+    """A check's stored result (of stored_results) for the fingerprint, if any."""
+    row = stored.get((check, fingerprint))
     if row is None:
         return None
     passed, severity, description, metadata = row
@@ -464,13 +470,13 @@ class Rewritten(NamedTuple):
     values: list[str]
 
 
-def _scope(con, model: str, check: ModelCheck, warehouse: WarehouseConfig, since: Rewritten | None):
+def _scope(con, model: str, check: ModelCheck, warehouse: WarehouseConfig, since: Rewritten | None, stored: dict):
     """Where a check must look: at the rows rewritten since the table last passed it (a per-run check of the model's
     own table only), else at every row."""
     if since is None or not check.per_run or check.reads != (model,):
         return nullcontext()
-    before = check_fingerprint(con, check, warehouse, {model: since.fingerprint})
-    passed = before is not None and getattr(stored_result(con, model, check.name, before), "passed", False)
+    before = check_fingerprint(check, warehouse, {model: since.fingerprint})
+    passed = before is not None and getattr(stored_result(stored, check.name, before), "passed", False)
     return rows_of_keys(con, [model], keys_filter(since.key, since.values)) if passed else nullcontext()
 
 
@@ -498,12 +504,15 @@ def evaluate_checks(
             " fingerprint varchar, passed boolean, severity varchar, description varchar, metadata varchar,"
             " primary key (model, check_name))"
         )
+        # read once for all the model's checks
+        recorded = model_fingerprints(con, {table for check in checks for table in check.reads})
+        stored = stored_results(con, model)
         for check in checks:
-            fingerprint = check_fingerprint(con, check, warehouse)
-            result = stored_result(con, model, check.name, fingerprint) if fingerprint else None
+            fingerprint = check_fingerprint(check, warehouse, recorded)
+            result = stored_result(stored, check.name, fingerprint) if fingerprint else None
             if result is None:
                 try:
-                    with _scope(con, model, check, warehouse, since):
+                    with _scope(con, model, check, warehouse, since, stored):
                         result = check.evaluate(con, warehouse)
                 except duckdb.Error as exc:
                     result = dg.AssetCheckResult(
