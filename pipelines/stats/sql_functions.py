@@ -1,5 +1,5 @@
-"""The interval statistics of pipelines.stats.intervals as DuckDB functions, registered on every connection that runs
-the SQL models: run_summary and ablation_contrasts call them with each run's series, so the numbers exist once."""
+"""The interval statistics of pipelines.stats.intervals as DuckDB functions, registered for the SQL models that call
+them: run_summary and ablation_contrasts call them with each run's series, so the numbers exist once."""
 
 from __future__ import annotations
 
