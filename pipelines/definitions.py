@@ -1,6 +1,7 @@
 """The code location: loads every asset, check, job, sensor and schedule under defs/, and sets automation, owners
 and domains once."""
 
+import functools
 import warnings
 from pathlib import Path
 
@@ -55,7 +56,7 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 def build_definitions(config: WarehouseConfig, run_partitions: bool = True) -> dg.Definitions:
     """Every definition under defs/, with the one configuration as the `warehouse` resource; without run_partitions,
     the lake of runs is not partitioned (ingest_assets.unpartitioned_run_lake: a build on a throwaway instance)."""
-    loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+    loaded = _defs_folder()
     if not run_partitions:
         loaded = _with_assets(loaded, [_unpartitioned(asset) for asset in loaded.assets or []])
     # map_asset_specs is the documented way to apply one policy to every asset; it is marked preview in 1.13.
@@ -76,6 +77,13 @@ def build_definitions(config: WarehouseConfig, run_partitions: bool = True) -> d
             executor=dg.in_process_executor,
         ),
     )
+
+
+@functools.cache
+def _defs_folder() -> dg.Definitions:
+    """The definitions under defs/, loaded once per process as a code server does: they follow from the code alone
+    (the configuration is bound afterwards), and walking the folder costs about 0.3 s of each build."""
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
 
 
 def _distributed(loaded: dg.Definitions, config: WarehouseConfig) -> tuple[dg.Definitions, object]:
