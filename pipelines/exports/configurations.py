@@ -18,6 +18,15 @@ def iqm(values: list[float]) -> float | None:
 def configuration_name(arm: str, runs: pl.DataFrame) -> str:
     """A configuration's name, from its runs (dim_runs rows: run_id, label): the label of the run named like the arm,
     or of its one run, else the arm."""
-    own = runs.filter(pl.col("run_id") == arm)
-    named = own if own.height else runs if runs.height == 1 else None
-    return named["label"][0] if named is not None and named["label"][0] else arm
+    return configuration_names(runs.select("run_id", "label", arm=pl.lit(arm, pl.String))).get(arm, arm)
+
+
+def configuration_names(runs: pl.DataFrame) -> dict[str, str]:
+    """configuration_name of every configuration at once, by arm, from dim_runs rows (arm, run_id, label)."""
+    own = pl.col("run_id") == pl.col("arm")
+    named = (
+        pl.when(own.any()).then(pl.col("label").filter(own).first()).when(pl.len() == 1).then(pl.col("label").first())
+    )
+    name = pl.when(named.fill_null("") != "").then(named).otherwise(pl.col("arm").first())
+    names = runs.group_by("arm").agg(name=name)
+    return dict(names.select("arm", "name").iter_rows())

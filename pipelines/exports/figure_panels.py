@@ -186,27 +186,102 @@ def _draw_signals(axes: list[Axes], name: str, colour: str, xy) -> None:
 
 
 def _draw_runs(axes: list[Axes], data, summary, configs, colours, horizon: list[int]) -> None:
-    """One line per run: its EMA, and where the figure is not crowded its per-epoch means and band; its trailing
-    means on the side panels; its matched reward at the horizon."""
+    """One line per run: its EMA, per-epoch means and band; its trailing means on the side panels; its matched reward
+    at the horizon. Past CROWDED runs, _draw_crowded_runs."""
+    if configs.height > CROWDED:
+        _draw_crowded_runs(axes, data, summary, configs, colours, horizon)
+        return
     ax_reward = axes[0]
-    crowded = configs.height > CROWDED
     rows_of = data.partition_by("run_id", as_dict=True)
     matched_of = {row["run_id"]: row for row in reversed(summary.to_dicts())}  # a run's first row
     for arm, runs in configs.select("arm", "runs").rows():
         rows, name, colour = rows_of.get((runs[0],), data.clear()), _name(runs[0]), colours[arm]
         x = _values(rows, "epoch")
-        if not crowded:
-            ax_reward.plot(
-                x, _values(rows, "mean_reward"), "o", markersize=1.8, alpha=0.28, color=colour, gid=f"raw:{name}"
-            )
-            band = (_values(rows, "band_low"), _values(rows, "band_high"))
-            ax_reward.fill_between(x, *band, color=colour, alpha=0.18, linewidth=0, gid=f"band:{name}")
-        width = 1.2 if crowded else 1.9
-        ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=width, gid=f"ema:{name}")
+        raw = {"markersize": 1.8, "alpha": 0.28, "color": colour, "gid": f"raw:{name}"}
+        ax_reward.plot(x, _values(rows, "mean_reward"), "o", **raw)
+        band = (_values(rows, "band_low"), _values(rows, "band_high"))
+        ax_reward.fill_between(x, *band, color=colour, alpha=0.18, linewidth=0, gid=f"band:{name}")
+        ax_reward.plot(x, _values(rows, "reward_ema"), color=colour, linewidth=1.9, gid=f"ema:{name}")
         _draw_signals(axes, name, colour, lambda column, rows=rows, x=x: (x, _values(rows, column)))
         matched = matched_of.get(runs[0])
         if horizon and matched and _finite(matched["matched_reward"]):
             _draw_matched(ax_reward, name, horizon[0], matched, colour)
+
+
+# Past CROWDED runs, a series' artists are named for all of them (`ema:runs`), not for a run each.
+CROWDED_NAME = "runs"
+
+
+def _draw_crowded_runs(axes: list[Axes], data, summary, configs, colours, horizon: list[int]) -> None:
+    """Past CROWDED runs, lines alone, a shade each: every run's EMA as one collection, each side-panel series as one,
+    the matched rewards as one scatter of diamonds and their intervals as one collection. Thousands of artists would
+    each be laid out, tested against the keys' spots and drawn on their own: this way the cost follows the points."""
+    import numpy as np
+
+    order = pl.DataFrame({"run_id": configs["runs"].list.first(), "line": np.arange(configs.height)})
+    rows = data.join(order, on="run_id").sort("line", "epoch")
+    line, x = rows.get_column("line").to_numpy(), _values(rows, "epoch")
+    line_colours = [colours[arm] for arm in configs["arm"]]
+    series = [("reward_ema", 0, "ema", 1.2, "-"), *SIGNALS]
+    for column, panel, prefix, width, style in series:
+        pieces, owners = _polylines(line, x, _values(rows, column))
+        _add_lines(axes[panel], pieces, [line_colours[i] for i in owners], width, style, f"{prefix}:{CROWDED_NAME}")
+    matched = summary.unique("run_id", keep="first", maintain_order=True).join(order, on="run_id").sort("line")
+    reward = _values(matched, "matched_reward")
+    shown = np.isfinite(reward)
+    if not horizon or not shown.any():
+        return
+    owners = matched.get_column("line").to_numpy()
+    diamonds = {"marker": "D", "s": 7**2, "edgecolors": "black", "linewidths": 0.8, "zorder": 5}
+    at = np.full(int(shown.sum()), float(horizon[0]))
+    shown_colours = [line_colours[i] for i in owners[shown]]
+    axes[0].scatter(at, reward[shown], c=shown_colours, gid=f"matched:{CROWDED_NAME}", **diamonds)
+    if {"matched_ci_low", "matched_ci_high"} <= set(matched.columns):
+        low, high = _values(matched, "matched_ci_low"), _values(matched, "matched_ci_high")
+        bars = shown & np.isfinite(low) & np.isfinite(high)
+        if not bars.any():
+            return
+        pieces = [np.array([[horizon[0], lo], [horizon[0], hi]]) for lo, hi in zip(low[bars], high[bars], strict=True)]
+        bar_colours = [line_colours[i] for i in owners[bars]]
+        gid = f"matched_interval:{CROWDED_NAME}"
+        _add_lines(axes[0], pieces, bar_colours, 2.2, "-", gid).set(capstyle="butt", zorder=4.5)
+
+
+def _polylines(line: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Points of many lines (line: the line of each, its points together and in order) as polylines of their finite
+    points, broken where a value is missing as a plotted line is; and the line of each polyline."""
+    import numpy as np
+
+    finite = np.isfinite(x) & np.isfinite(y)
+    if not finite.any():
+        return [], line[:0]
+    follows = np.r_[False, finite[:-1] & (line[1:] == line[:-1])]  # the point before is of its line and drawn
+    starts = finite & ~follows
+    pieces = np.split(np.column_stack([x, y])[finite], np.flatnonzero(starts[finite])[1:])
+    return pieces, line[starts]
+
+
+def _add_lines(ax: Axes, pieces: list, colours: list[str], width: float, style: str, gid: str):
+    """Polylines as one artist, drawn (and taking part in the panel's limits) as plotted lines are: a polyline of one
+    point draws nothing, and is left out but for the limits. A PolyCollection left open, not a LineCollection:
+    matplotlib's "best" spot for a key avoids a PolyCollection's paths, not a LineCollection's."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    if pieces:
+        ax.update_datalim(np.concatenate(pieces))
+    drawn = [i for i, piece in enumerate(pieces) if len(piece) > 1]
+    lines = PolyCollection(
+        [pieces[i] for i in drawn],
+        closed=False,
+        facecolors="none",
+        edgecolors=[colours[i] for i in drawn],
+        linewidths=width,
+        linestyles=style,
+        zorder=2,
+    )
+    lines.set_gid(gid)
+    return ax.add_collection(lines, autolim=True)
 
 
 def _draw_configurations(axes: list[Axes], data, summary, configs, colours, horizon: list[int]) -> None:

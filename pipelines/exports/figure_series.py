@@ -9,7 +9,7 @@ from statistics import NormalDist
 
 import polars as pl
 
-from pipelines.exports.configurations import configuration_name, iqm
+from pipelines.exports.configurations import configuration_names, iqm
 
 NEEDED_EPOCH_COLUMNS = [
     "run_id",
@@ -141,8 +141,8 @@ def configurations(members: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("run_id").alias("runs"), pl.col("reward_family").drop_nulls().first())
         .sort("arm")
     )
-    of_arm = runs.partition_by("arm", as_dict=True)
-    names = [printable(configuration_name(arm, of_arm[(arm,)])) for arm in grouped["arm"]]
+    name_of = configuration_names(runs)
+    names = [printable(name_of[arm]) for arm in grouped["arm"]]
     return grouped.select("arm", pl.Series("name", names, pl.String), "runs", "reward_family")
 
 

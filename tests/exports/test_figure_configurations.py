@@ -227,7 +227,7 @@ def test_up_to_twenty_lines_never_share_a_colour_and_past_it_a_family_shares_a_h
         "family_0: 11 runs, a shade each",
         "family_1: 10 runs, a shade each",
     ]
-    colours = {run: colour_of(line) for run, line in by_gid(fig.axes[0], "ema").items()}
+    colours = {run: colour for run, (_, colour) in crowded_lines(fig.axes[0], "ema", tables, "reward_ema").items()}
     # family_0 (runs 0, 2, ..., 20) in PALETTE[0]'s shades, darkest to lightest; family_1 in PALETTE[1]'s
     assert (
         colours["run_000_s0"] == shade(PALETTE[0], -0.5).lower()
@@ -250,3 +250,68 @@ def test_degenerate_seeds_are_drawn(seeds, case):
     drawing = draw(FigureJob("abl", (seeds["runs"], epochs, seeds["summary"]), Smoothing(), 50, False))
     assert drawing.failure is None and sorted(drawing.files) == ["abl.png", "abl.svg"]
     ET.fromstring(drawing.files["abl.svg"])
+
+
+def crowded_lines(ax, prefix: str, tables, column: str) -> dict[str, tuple[list, str]]:
+    """Past twenty lines, the one artist drawing every run's series: per run, its polylines' points and its colour,
+    each polyline told by the points it draws (a run's values are its own)."""
+    (lines,) = by_gid(ax, prefix).values()
+    series = tables["epochs"].partition_by("run_id", as_dict=True)
+    drawn: dict[str, tuple[list, str]] = {}
+    for path, colour in zip(lines.get_paths(), lines.get_edgecolor(), strict=True):
+        points = [tuple(map(float, point)) for point in path.vertices]
+        run = next(r for (r,), frame in series.items() if set(points) <= set(frame.select("epoch", column).rows()))
+        drawn.setdefault(run, ([], to_hex(colour, keep_alpha=False)))[0].append(points)
+    return drawn
+
+
+def test_past_twenty_runs_a_series_is_one_artist_with_each_runs_values_gaps_and_colour():
+    tables = many_runs(24, epochs=6)
+    ema_of = pl.when((pl.col("run_id") == "run_001_s0") & (pl.col("epoch") == 2)).then(None).otherwise("reward_ema")
+    # run_002 has one epoch, far above the others: no line to draw, yet the panel reaches it, as a plotted point would
+    epochs = (
+        tables["epochs"]
+        .with_columns(reward_ema=ema_of)
+        .filter((pl.col("run_id") != "run_002_s0") | (pl.col("epoch") == 0))
+        .with_columns(reward_ema=pl.when(pl.col("run_id") == "run_002_s0").then(7.0).otherwise("reward_ema"))
+    )
+    rewards = [0.1 * k if k != 3 else float("nan") for k in range(24)]
+    summary = tables["summary"].with_columns(
+        matched_horizon=pl.lit(4),
+        matched_reward=pl.Series(rewards),
+        matched_ci_low=pl.Series(rewards) - 0.05,
+        matched_ci_high=pl.Series([r + 0.05 if k % 2 else None for k, r in enumerate(rewards)]),
+    )
+    tables = {**tables, "epochs": epochs, "summary": summary}
+    # window 1: the side panels' trailing means are the values themselves
+    reward, _, entropy = ablation_figure("abl", tables["runs"], epochs, summary, Smoothing(window=1)).axes
+    ema = crowded_lines(reward, "ema", tables, "reward_ema")
+    assert sorted(ema) == sorted(set(tables["runs"]["run_id"]) - {"run_002_s0"})
+    assert [len(points) for points in ema["run_001_s0"][0]] == [2, 3]  # broken at the missing epoch 2
+    first = epochs.filter(pl.col("run_id") == "run_000_s0")
+    assert ema["run_000_s0"][0] == [list(zip(map(float, first["epoch"]), first["reward_ema"], strict=True))]
+    assert reward.get_ylim()[1] >= 7.0
+    assert sorted(crowded_lines(entropy, "train_entropy", tables, "train_entropy")) == sorted(ema)
+    (diamonds,) = by_gid(reward, "matched").values()
+    finite = [k for k in range(24) if k != 3]
+    assert diamonds.get_offsets().tolist() == [[4.0, rewards[k]] for k in finite]
+    diamond_colours = {
+        f"run_{k:03d}_s0": to_hex(c, keep_alpha=False) for k, c in zip(finite, diamonds.get_facecolor(), strict=True)
+    }
+    assert {run: colour for run, (_, colour) in ema.items() if run in diamond_colours} == {
+        run: colour for run, colour in diamond_colours.items() if run in ema
+    }
+    assert len(set(diamond_colours.values())) == len(finite)
+    (bars,) = by_gid(reward, "matched_interval").values()
+    assert [path.vertices.tolist() for path in bars.get_paths()] == [
+        [[4.0, rewards[k] - 0.05], [4.0, rewards[k] + 0.05]] for k in finite if k % 2
+    ]
+
+
+def test_past_twenty_runs_the_panels_artists_do_not_grow_with_the_runs():
+    drawn = []
+    for count in (24, 48):
+        tables = many_runs(count, epochs=3)
+        fig = ablation_figure("abl", tables["runs"], tables["epochs"], tables["summary"])
+        drawn.append([len(ax.get_children()) for ax in fig.axes])
+    assert drawn[0] == drawn[1]
