@@ -290,10 +290,10 @@ def stale_runs(
     A run the lake has no manifest of has everything to ingest: it is not listed here, since its ingest lists it
     anyway (on a fresh build, that is every file of the release, listed once instead of twice).
     """
-    from pipelines.lake.paths import manifest_file
+    from pipelines.lake.paths import manifested_runs
     from pipelines.lake.runs import select_runs
 
-    new = {run_id for run_id in runs if not manifest_file(lake, run_id).exists()}
+    new = set(runs) - manifested_runs(lake, runs)
     known = [run for run_id, run in runs.items() if run_id not in new]
     quiet = {} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}
     selection = select_runs(known, lake, max_file_bytes, full_scan, **quiet, transcript_text=transcript_text)

@@ -81,6 +81,11 @@ def file_stamp(path: LakePath) -> str | None:
             return _object_stamp(path.fs.info(path.path))
         except FileNotFoundError:
             return None
+    return disk_stamp(path)
+
+
+def disk_stamp(path: str | os.PathLike) -> str | None:
+    """file_stamp of a file on a disk, its path given as text or a Path."""
     try:
         status = os.stat(path)
     except FileNotFoundError:

@@ -194,7 +194,17 @@ def settle_unchanged(
 ) -> int:
     """Records the stamps of a run found unchanged if it became quiet (or removes them if it became busy); returns
     its count of quarantined files. Called holding the run's lock."""
-    run_id = listing.run.run_id
+    quarantined, record, due = stamps_due(listing, lake, previous, quiet_seconds, transcript_text)
+    if due:
+        write_stamps(lake, listing.run.run_id, record)
+    return quarantined
+
+
+def stamps_due(
+    listing: RunListing, lake: LakePath, previous: dict, quiet_seconds: int, transcript_text: bool = False
+) -> tuple[int, dict | None, bool]:
+    """Of a run found unchanged: its count of quarantined files, the stamps record it should have (stamps_record),
+    and whether the lake's differs: the run became quiet, or busy, or a folder or the setting changed."""
     files: dict[str, dict] = previous.get("files", {})
     outcomes = [*files.values(), *previous.get("transcripts", {}).values()]
     quarantined = sum(o["status"] == "quarantined" for o in outcomes)
@@ -202,10 +212,9 @@ def settle_unchanged(
     current = {f.source_path: f for f in listing.epoch_files}
     unsettled = quarantined + len(folders_without_document(current, files))
     record = stamps_record(listing, unsettled, previous.get("rows"), quiet_seconds, transcript_text)
-    old = _read_stamps(lake, run_id)
-    if (old is None) != (record is None) or record and any(old.get(k) != record[k] for k in _SETTLED_BY):
-        write_stamps(lake, run_id, record)  # the run became quiet, or busy, or a folder or the setting changed
-    return quarantined
+    old = _read_stamps(lake, listing.run.run_id)
+    due = (old is None) != (record is None) or bool(record and any(old.get(k) != record[k] for k in _SETTLED_BY))
+    return quarantined, record, due
 
 
 def ingest_result(

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from filelock import FileLock
 
 from pipelines.lake_store import (
     LakePath,
-    file_stamp,
+    disk_stamp,
     in_bucket,
     lake_root,
     lock_folder,
@@ -26,6 +28,7 @@ _NOT_IN_KEY = re.compile(r"[^a-z0-9_]+")
 RUN_IDS = "run_ids"  # lake/run_ids/<key>: the exact run id of the files named <key>
 
 
+@functools.lru_cache(maxsize=2**16)  # asked for several times per run by every build
 def run_key(run_id: str) -> str:
     """The lake's name for a run's files and folders: a lowercase slug of the run id, for people, and a digest of
     the exact id, for uniqueness.
@@ -39,16 +42,29 @@ def run_key(run_id: str) -> str:
 
 
 def partition_file(lake: LakePath, table: str, run_id: str) -> LakePath:
-    return lake_root(lake) / table / run_key(run_id) / "data.parquet"
+    return lake_root(lake).joinpath(table, run_key(run_id), "data.parquet")
 
 
 def manifest_file(lake: LakePath, run_id: str) -> LakePath:
-    return lake_root(lake) / "manifests" / f"{run_key(run_id)}.json"
+    return lake_root(lake).joinpath("manifests", f"{run_key(run_id)}.json")
+
+
+def manifested_runs(lake: LakePath, run_ids: Iterable[str]) -> set[str]:
+    """The run ids the lake holds a manifest of, on a disk from one listing of the manifests folder."""
+    lake = lake_root(lake)
+    if in_bucket(lake):
+        return {run_id for run_id in run_ids if manifest_file(lake, run_id).exists()}
+    try:
+        with os.scandir(lake / "manifests") as entries:
+            names = {entry.name for entry in entries}
+    except FileNotFoundError:
+        return set()
+    return {run_id for run_id in run_ids if f"{run_key(run_id)}.json" in names}
 
 
 def stamps_file(lake: LakePath, run_id: str) -> LakePath:
     """A quiet run's folder stamps (see unchanged_by_stamps): a file of its own, a fraction of the manifest's size."""
-    return lake_root(lake) / "stamps" / f"{run_key(run_id)}.json"
+    return lake_root(lake).joinpath("stamps", f"{run_key(run_id)}.json")
 
 
 def _run_id_file(lake: LakePath, run_id: str) -> LakePath:
@@ -118,9 +134,12 @@ def table_stamps(lake: LakePath, table: str, runs: dict[str, str] | None = None)
     prefix."""
     lake = lake_root(lake)
     runs = lake_runs(lake) if runs is None else runs
-    listed = object_stamps(lake / table) if in_bucket(lake) else None
-    paths = ((run_id, lake / table / key / "data.parquet") for run_id, key in runs.items())
-    stamps = ((run_id, file_stamp(path) if listed is None else listed.get(str(path))) for run_id, path in paths)
+    if in_bucket(lake):
+        listed = object_stamps(lake / table)
+        stamps = ((run_id, listed.get(str(lake.joinpath(table, key, "data.parquet")))) for run_id, key in runs.items())
+    else:  # paths as text: a Path per run costs more than its stat
+        folder = os.path.join(lake, table)
+        stamps = ((run_id, disk_stamp(f"{folder}/{key}/data.parquet")) for run_id, key in runs.items())
     return {run_id: stamp for run_id, stamp in stamps if stamp is not None}
 
 

@@ -16,6 +16,7 @@ from pipelines.lake.manifest import (
     compare_listing,
     read_manifest,
     settle_unchanged,
+    stamps_due,
     unchanged_by_stamps,
 )
 from pipelines.lake.paths import gone_runs, manifest_file, run_lock
@@ -160,10 +161,16 @@ def select_runs(
             quiet.append(run.run_id)
             continue
         listing = list_run(run)
-        with run_lock(lake, run.run_id):
-            previous = read_manifest(lake, run.run_id)
-            work[run.run_id] = compare_listing(listing, lake, max_file_bytes, previous, transcript_text)
-            if not work[run.run_id].pending:
-                settle_unchanged(listing, lake, previous, quiet_seconds, transcript_text)
+        # A manifest is written whole (renamed into place), so it is compared without the run's lock: the lock is
+        # taken only to write the run's stamps, from the manifest as it is then.
+        previous = read_manifest(lake, run.run_id)
+        found = compare_listing(listing, lake, max_file_bytes, previous, transcript_text)
+        if not found.pending and stamps_due(listing, lake, previous, quiet_seconds, transcript_text)[2]:
+            with run_lock(lake, run.run_id):
+                previous = read_manifest(lake, run.run_id)
+                found = compare_listing(listing, lake, max_file_bytes, previous, transcript_text)
+                if not found.pending:
+                    settle_unchanged(listing, lake, previous, quiet_seconds, transcript_text)
+        work[run.run_id] = found
     present = set(work) | set(quiet)
     return RunSelection(work, sorted(quiet), gone_runs(lake, present))

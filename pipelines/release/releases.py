@@ -12,7 +12,6 @@ from pipelines.release.discover import (
     RunFolder,
     SkippedEntry,
     link_problem,
-    relative_path,
     shown,
 )
 from pipelines.settings import OBJECT_SCHEME
@@ -25,8 +24,7 @@ def list_run_folders(release_root: Path) -> tuple[list[RunFolder], list[SkippedE
     skipped: list[SkippedEntry] = []
     with os.scandir(release_root) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            path = Path(entry.path)
-            rel = relative_path(path, release_root)
+            rel = entry.name  # its path relative to the root; a Path is made only for a run (thousands of entries)
             if entry.name.startswith("."):
                 skipped.append(SkippedEntry(None, shown(rel), "hidden entry", False))
             elif shown(entry.name) != entry.name:
@@ -40,10 +38,10 @@ def list_run_folders(release_root: Path) -> tuple[list[RunFolder], list[SkippedE
                         "bad_name",
                     )
                 )
-            elif entry.is_symlink() and (problem := link_problem(path, release_root)):
+            elif entry.is_symlink() and (problem := link_problem(Path(entry.path), release_root)):
                 skipped.append(SkippedEntry(None, shown(rel), problem, True, "outside_link"))
             elif entry.is_dir():
-                runs.append(RunFolder(entry.name, release_root.name, release_root, path))
+                runs.append(RunFolder(entry.name, release_root.name, release_root, Path(entry.path)))
             else:
                 skipped.append(SkippedEntry(None, shown(rel), "not a run folder", False))
     return runs, skipped
@@ -82,14 +80,14 @@ def _releases_inside(root: Path, looked_at: int = 3) -> list[Path]:
     """The folders of root that are releases (a folder of theirs holds epoch entries), when none of root's first
     folders is a run (as a sample's --out folder is): a few folders looked into, not the whole release."""
 
-    def folders(path: Path) -> list[Path]:
+    def folders(path: Path | str) -> list[str]:
         try:
             with os.scandir(path) as entries:
-                return sorted(Path(e.path) for e in entries if e.is_dir() and not e.name.startswith("."))
+                return sorted(e.path for e in entries if e.is_dir() and not e.name.startswith("."))
         except OSError:
             return []
 
-    def holds_epochs(path: Path) -> bool:
+    def holds_epochs(path: str) -> bool:
         try:
             with os.scandir(path) as entries:
                 return any(EPOCH_FILE_NAME.match(e.name) or EPOCH_DIR_NAME.match(e.name) for e in entries)
@@ -99,7 +97,7 @@ def _releases_inside(root: Path, looked_at: int = 3) -> list[Path]:
     children = folders(root)
     if not children or any(map(holds_epochs, children[:looked_at])):
         return []
-    return [child for child in children if any(map(holds_epochs, folders(child)[:looked_at]))]
+    return [Path(child) for child in children if any(map(holds_epochs, folders(child)[:looked_at]))]
 
 
 def list_object_release(root: str, fs=None) -> tuple[list[RunFolder], list[SkippedEntry]]:
@@ -146,9 +144,26 @@ def object_release_problem(root: str, fs=None) -> str | None:
     return None
 
 
-def _holds(folder: Path, inner: Path) -> bool:
-    """Whether inner is folder or lies inside it, by real paths."""
-    return inner == folder or folder in inner.parents
+def _folder_and_parents(folder: Path) -> set[tuple[int, int]]:
+    """The (device, inode) of a folder and of each folder above it, by its real path: a run folder is one of them
+    exactly when it is the folder or holds it (one stat a run, where a real path costs one per path component)."""
+    real = Path(os.path.realpath(folder))
+    found = set()
+    for path in (real, *real.parents):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # not there (yet): nothing can be it
+        found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def _is_one_of(path: Path, folders: set[tuple[int, int]]) -> bool:
+    try:
+        st = os.stat(path)  # follows a link, as a real path does
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in folders
 
 
 def find_run_folders(
@@ -163,7 +178,7 @@ def find_run_folders(
     runs: dict[str, RunFolder] = {}
     entries: list[SkippedEntry] = []
     problems: list[str] = []
-    real_warehouse = Path(os.path.realpath(warehouse)) if warehouse is not None else None
+    holding_warehouse = _folder_and_parents(warehouse) if warehouse is not None else None
     for root in release_roots:
         if problem := release_problem(root):
             problems.append(problem)
@@ -172,8 +187,8 @@ def find_run_folders(
             found, skipped = list_object_release(str(root))
         else:
             found, skipped = list_run_folders(Path(root))
-        if real_warehouse is not None and not str(root).startswith(OBJECT_SCHEME):
-            inside = [run for run in found if _holds(Path(os.path.realpath(run.path)), real_warehouse)]
+        if holding_warehouse and not str(root).startswith(OBJECT_SCHEME):
+            inside = [run for run in found if _is_one_of(run.path, holding_warehouse)]
             found = [run for run in found if run not in inside]
             skipped += [
                 SkippedEntry(None, shown(run.run_id), "the warehouse folder, or a folder holding it; not a run", False)
