@@ -35,6 +35,8 @@ class Parameter:
         """Why a value cannot be used (after `must be`...), or None."""
         if isinstance(self.default, float) and not math.isfinite(value):
             return f"must be a finite number, not {value}"
+        if type(self.default) is int and not -(2**63) <= value < 2**63:  # SQL reads it as a BIGINT
+            return f"must be a 64-bit integer, from {-(2**63)} to {2**63 - 1}, not {value}"
         if self.low is not None and self.high is not None:
             if self.below_high and not self.low <= value < self.high:
                 return f"must be {self.low:g} or more and below {self.high:g}, not {value}"

@@ -72,6 +72,9 @@ CASES = [
     (["--param", "ci_fit_epochs=4", "--param", "final_window=2"], {}, "ci_fit_epochs must be 5 or more (epochs)"),
     (["--param", "sample_seed=-1"], {}, "sample_seed must be 0 or more, not -1"),
     (["--param", "final_window=300"], {}, "ci_fit_epochs (200) must be final_window (300) or more: the interval"),
+    # Beyond the 64 bits SQL reads a parameter in (a BIGINT), where the models would fail to bind it.
+    (["--param", f"ci_fit_epochs={2**64}"], {}, f"ci_fit_epochs must be a 64-bit integer, from {-(2**63)} to"),
+    ([], {"GRPO_QUIET_SECONDS": f"-{2**63 + 1}"}, "quiet_seconds (GRPO_QUIET_SECONDS) must be a 64-bit integer"),
     # Malformed URLs and folders the warehouse writes in
     ([], {"GRPO_LAKE_DIR": "s3:"}, "the lake 's3:' is not a bucket prefix s3://bucket/prefix, the only URL read (a"),
     (["--lake", "s3:/bucket"], {}, "the lake 's3:/bucket' is not a bucket prefix s3://bucket/prefix"),
@@ -100,6 +103,17 @@ def test_a_bad_value_is_refused_on_one_line_before_any_work(
     assert err.startswith(f"grpo-warehouse build: {message.replace('{tmp}', str(tmp_path))}"), err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "wh").exists()  # checked before any work: not even the warehouse folder made
+
+
+def test_a_release_inside_the_warehouses_exports_is_refused(tmp_path, capsys):
+    release = tmp_path / "wh" / "exports" / "rel"
+    write_epoch_file(release / "run_a", 0, epoch_document(0, n=2))
+    assert main(["build", "--release", str(release), "--warehouse", str(tmp_path / "wh")]) == 2
+    assert capsys.readouterr().err == (
+        f"grpo-warehouse build: release folder {release} is inside the warehouse's exports {tmp_path}/wh/exports: "
+        "its folders would be read as runs; give the folder of run folders\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "wh").iterdir()) == ["exports"]  # no lake, no database
 
 
 def test_sql_refuses_max_rows_below_one(capsys):
