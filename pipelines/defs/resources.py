@@ -131,9 +131,9 @@ class WarehouseConfig(_Declared):
             _check_reachable(self.dask_address)
 
     def _shared_folder_problem(self, release: str) -> str | None:
-        """Why a release folder cannot be read beside the warehouse's own files, or None: it is the warehouse, or
-        lies in the lake, or holds a lake kept outside the warehouse (whose run folders would be read as runs). A
-        warehouse inside a release is left out of its runs (find_run_folders)."""
+        """Why a release folder cannot be read beside the warehouse's own files, or None: it is the warehouse, lies
+        in its exports or in the lake, or holds a lake kept outside the warehouse (whose run folders would be read
+        as runs). A warehouse inside a release is left out of its runs (find_run_folders)."""
         if is_url(release):
             return None
         root, warehouse = Path(os.path.realpath(release)), Path(os.path.realpath(self.warehouse))
@@ -141,6 +141,12 @@ class WarehouseConfig(_Declared):
             return (
                 f"release folder {release} is the warehouse folder: its lake and exports would be read as runs; give "
                 "the folder of run folders, and keep the warehouse in another folder"
+            )
+        exports = warehouse / "exports"
+        if exports == root or exports in root.parents:
+            return (
+                f"release folder {release} is inside the warehouse's exports {exports}: its folders would be read as "
+                "runs; give the folder of run folders"
             )
         if in_bucket(self.lake):
             return None
