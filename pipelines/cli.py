@@ -300,7 +300,8 @@ def run_sql(args) -> int:
                     continue
                 if len(statements) > 1:
                     print(f"{'' if number == 0 else chr(10)}-- statement {number + 1}: {statement.query.strip()}")
-                _print_result(relation, args.format, args.max_rows)
+                # DuckDB counts rows in 64 bits; no result holds more, so a larger --max-rows shows them all.
+                _print_result(relation, args.format, min(args.max_rows, sys.maxsize))
     except duckdb.Error as exc:  # DuckDB's whole message: the hint, the candidates and the caret under the error
         raise CommandError(str(exc).strip()) from None
     return 0

@@ -148,3 +148,10 @@ def test_a_query_with_no_statement_is_refused_on_one_line(warehouse, capsys, que
     out, err = capsys.readouterr()
     assert out == ""
     assert err == 'grpo-warehouse sql: the query is empty: give a SQL statement, e.g. "select * from run_summary"\n'
+
+
+def test_a_max_rows_beyond_64_bits_shows_every_row(warehouse, capsys):
+    argv = ["sql", "select run_id from runs order by run_id", "--max-rows", str(2**70), "--warehouse", str(warehouse)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "│ a " in captured.out and "│ b " in captured.out and captured.err == ""
