@@ -64,15 +64,16 @@ def _type_name(value) -> str:
 
 
 def extra_column_name(key: str, reserved: dict) -> str:
-    """An extra key's column name; keys that collide with the warehouse's own columns get an `extra_` prefix.
+    """An extra key's column name; keys that collide with the warehouse's own columns get an `extra_` prefix, and
+    so does the empty key (`extra_`), which no SQL client can name.
 
     SQL names ignore case, and `extra_loss` must not collide with a prefixed `loss`: a key is prefixed when it
-    is a reserved name once every leading `extra_` is removed, which keeps the mapping one-to-one.
+    is a reserved name (or empty) once every leading `extra_` is removed, which keeps the mapping one-to-one.
     """
     base = key.lower()
     while base.startswith("extra_"):
         base = base[len("extra_") :]
-    return f"extra_{key}" if base in reserved or base == "group_index" else key
+    return f"extra_{key}" if base in reserved or base in ("group_index", "") else key
 
 
 def typed_series(name: str, values: Sequence) -> tuple[pl.Series, list[str] | None]:

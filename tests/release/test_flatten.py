@@ -174,3 +174,5 @@ def test_extra_keys_colliding_with_warehouse_columns_are_prefixed_one_to_one():
 
     names = [extra_column_name(k, EPOCH_COLUMNS) for k in ("Loss", "extra_loss", "extra_extra_loss", "lr", "extra_lr")]
     assert names == ["extra_Loss", "extra_extra_loss", "extra_extra_extra_loss", "lr", "extra_lr"]
+    keys = ("", "extra_", "extra_extra_")  # the empty key, which no SQL client can name, and its prefixed spellings
+    assert [extra_column_name(k, EPOCH_COLUMNS) for k in keys] == ["extra_", "extra_extra_", "extra_extra_extra_"]
