@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from dataclasses import dataclass, field
@@ -14,6 +15,20 @@ DOCUMENTED_SCALARS = ("loss", "mean_reward", "kl_sample_train", "sample_entropy"
 DOCUMENTED_KEYS = (*REQUIRED_KEYS, *DOCUMENTED_SCALARS, "snapshot_id")
 
 Scalar = bool | int | float | str | None
+
+
+# The JSON names of parsed values' types, as a message says them: a user wrote `null`, never a NoneType.
+_JSON_KINDS = {type(None): "null", bool: "boolean", int: "integer", float: "float", str: "string", list: "list"}
+_JSON_KINDS[dict] = "object"
+
+
+def json_kind(value: Any) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _found(value: Any) -> str:
+    """A wrong value as a message shows it: its JSON type, then its first characters as JSON writes them."""
+    return "null" if value is None else f"{json_kind(value)} {json.dumps(value, ensure_ascii=False)[:40]}"
 
 
 class DecodeError(Exception):
@@ -134,7 +149,24 @@ def may_hold_an_integer_beyond_64_bits(data: bytes) -> bool:
     return _LONG_INTEGER_START in data.translate(_NUMERALS_ONLY)
 
 
+def _encoding_problem(data: bytes) -> DecodeError | None:
+    """A document in another encoding than JSON's UTF-8, named as such: the parsers see only a bad first byte."""
+    if data.startswith(codecs.BOM_UTF8):
+        return DecodeError(
+            "invalid_json",
+            "the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which JSON text may not; saved without "
+            "it, it loads",
+        )
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in data[:4]:
+        return DecodeError(
+            "invalid_utf8", "the file is UTF-16 or UTF-32 text (a byte-order mark or NUL bytes at its start), not UTF-8"
+        )
+    return None
+
+
 def _stdlib_parse(data: bytes) -> tuple[Any, _DuplicateKeys]:
+    if problem := _encoding_problem(data):
+        raise problem
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -237,15 +269,13 @@ def nesting_depth(value: Any) -> int:
 def _number_list(doc: dict, key: str) -> list[float | None]:
     values = doc[key]
     if not isinstance(values, list):
-        raise DecodeError("wrong_type", f"`{key}` should be a list of numbers, found {type(values).__name__}")
+        raise DecodeError("wrong_type", f"`{key}` should be a list of numbers, found {json_kind(values)}")
     kinds = set(map(type, values))  # one pass in C; the loop below only runs to name the bad entry
     if kinds <= NUMBER_TYPES:
         return values if int not in kinds else [None if v is None else _to_float(key, v) for v in values]
     for index, value in enumerate(values):
         if value is not None and not _is_number(value):
-            raise DecodeError(
-                "wrong_type", f"`{key}[{index}]` should be a number, found {type(value).__name__} {value!r:.40}"
-            )
+            raise DecodeError("wrong_type", f"`{key}[{index}]` should be a number, found {_found(value)}")
     return [None if v is None else _to_float(key, v) for v in values]
 
 
@@ -264,7 +294,7 @@ def decode_epoch(data: bytes) -> EpochDoc:
 def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
     """Checks a parsed epoch document (see parse_document) key by key and value by value."""
     if not isinstance(doc, dict):
-        raise DecodeError("not_an_object", f"the document is a JSON {type(doc).__name__}, not an object")
+        raise DecodeError("not_an_object", f"the document is a JSON {json_kind(doc)}, not an object")
     missing = [key for key in REQUIRED_KEYS if key not in doc]
     if missing:
         raise DecodeError("missing_key", "required key(s) missing: " + ", ".join(f"`{k}`" for k in missing))
@@ -273,7 +303,7 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
     if isinstance(epoch, float) and epoch.is_integer():
         epoch = int(epoch)
     if not isinstance(epoch, int) or isinstance(epoch, bool):
-        raise DecodeError("wrong_type", f"`epoch` should be an integer, found {type(epoch).__name__} {epoch!r:.40}")
+        raise DecodeError("wrong_type", f"`epoch` should be an integer, found {_found(epoch)}")
 
     trajectory_ids = doc["trajectory_ids"]
     if not isinstance(trajectory_ids, list) or not set(map(type, trajectory_ids)) <= {str}:
@@ -294,14 +324,14 @@ def decode_parsed(doc: Any, parse_warnings: list[tuple[str, str]]) -> EpochDoc:
         if key not in doc:
             warnings.append(("missing_key", f"documented key `{key}` is missing; loaded as null"))
         elif value is not None and not _is_number(value):
-            raise DecodeError("wrong_type", f"`{key}` should be a number, found {type(value).__name__} {value!r:.40}")
+            raise DecodeError("wrong_type", f"`{key}` should be a number, found {_found(value)}")
         scalars[key] = None if value is None else _to_float(key, value)
 
     snapshot_id = doc.get("snapshot_id")
     if "snapshot_id" not in doc:
         warnings.append(("missing_key", "documented key `snapshot_id` is missing; loaded as null"))
     elif snapshot_id is not None and not isinstance(snapshot_id, str):
-        raise DecodeError("wrong_type", f"`snapshot_id` should be a string, found {type(snapshot_id).__name__}")
+        raise DecodeError("wrong_type", f"`snapshot_id` should be a string, found {json_kind(snapshot_id)}")
 
     parsed = EpochDoc(epoch, trajectory_ids, rewards, advantages, scalars, snapshot_id, warnings=warnings)
     _add_extras(parsed, doc, n)

@@ -14,6 +14,8 @@ from pipelines.settings import OBJECT_SCHEME
 # Nine digits at most: an epoch number always fits the warehouse's 64-bit integers.
 EPOCH_FILE_NAME = re.compile(r"^epoch_(\d{1,9})_results\.json$")
 EPOCH_DIR_NAME = re.compile(r"^epoch_(\d{1,9})$")
+# An epoch entry's name but for its number's length, which says why it is not loaded.
+LONG_EPOCH_NAME = re.compile(r"^epoch_(\d{10,})(_results\.json)?$")
 # A file that an epoch's document comes with in a flat run folder (epoch_007_transcripts.jsonl, epoch_007_config.json):
 # inventoried like any other file, not reported as a misnamed document.
 EPOCH_COMPANION_NAME = re.compile(r"^epoch_\d{1,9}_(?!results)[^.]+(\.[A-Za-z0-9]+)+$")
@@ -421,6 +423,9 @@ class _RunLister:
             ):
                 reason = f"named as an epoch entry in capital letters; not loaded (renamed {lower}, it is)"
                 self.skip(source_path, reason, "stray_file", epoch=int(match.group(1)))
+            elif match := LONG_EPOCH_NAME.match(name):
+                reason = f"an epoch number of {len(match.group(1))} digits, over the 9 an epoch may have; not parsed"
+                self.skip(source_path, reason, "stray_file")
             elif name.startswith("epoch_") and not EPOCH_COMPANION_NAME.match(name):
                 # Named like an epoch document but not quite (a backup, a copy, a typo): worth a look.
                 self.skip(

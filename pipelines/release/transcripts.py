@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from pipelines.release.decode import json_kind
 from pipelines.release.discover import resolve_inside
 from pipelines.settings import OBJECT_SCHEME
 
@@ -166,7 +167,7 @@ def _json_lines(data: bytes, start: int, keep_text: bool) -> TranscriptIndex:
             bad.append((number, f"does not parse ({exc})"))
             continue
         if not isinstance(record, dict):
-            bad.append((number, f"is a JSON {type(record).__name__}, not an object"))
+            bad.append((number, f"is a JSON {json_kind(record)}, not an object"))
             continue
         collector.add(record, f"line {number}", number, line_start, len(body))
     index = collector.done()
@@ -186,7 +187,7 @@ def _one_value(value, data: bytes, start: int, name: str, keep_text: bool) -> Tr
         collector.add(value, "the file's object", None, start, len(data) - start, stem or None)
         return collector.done()
     if not isinstance(value, list):
-        return TranscriptIndex(not_a_transcript=f"a JSON {type(value).__name__}, not a record: not a transcript")
+        return TranscriptIndex(not_a_transcript=f"a JSON {json_kind(value)}, not a record: not a transcript")
     collector = _Collector(JSON_ARRAY, keep_text)
     spans = array_element_spans(data)
     for number, element in enumerate(value):

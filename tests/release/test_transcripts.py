@@ -133,7 +133,7 @@ def test_array_spans_of_what_is_no_array():
         (b'{"learning_rate": 1e-5}', "config.json", "no message with a `role` in it: not a transcript"),
         (b'{"role": "admin", "user": "x"}', "config.json", "no record with a list of messages: not a transcript"),
         (b'["role"]', "roles.json", "no record with a list of messages: not a transcript"),
-        (b'"role"', "quoted.json", "a JSON str, not a record: not a transcript"),
+        (b'"role"', "quoted.json", "a JSON string, not a record: not a transcript"),
     ],
 )
 def test_files_that_hold_no_transcript_are_said_so(data, name, expected):
