@@ -72,15 +72,20 @@ class Trajectory:
         return self.model_prefix + self.snapshot_id
 
 
+def _named(text: str) -> str:
+    """An id as a message names it; the empty id as "", or the message would read as if a word were missing."""
+    return shown(text) or '""'
+
+
 def find_trajectory(database: Path, trajectory_id: str, run_id: str | None = None) -> Trajectory:
     """The one trajectory of that id (of that run, if given) in the published warehouse; ShowError when there is
     none, or when the id is in several runs and no run is given."""
     config = {"enable_external_access": False, "lock_configuration": True}
     with duckdb.connect(str(database), read_only=True, config=config) as con:
         rows = con.execute(_LOOKUP, [trajectory_id, run_id, run_id]).fetchall()
-    where = f" in run {shown(run_id)}" if run_id is not None else ""
+    where = f" in run {_named(run_id)}" if run_id is not None else ""
     if not rows:
-        raise ShowError(f"no trajectory {shown(trajectory_id)}{where} in the warehouse")
+        raise ShowError(f"no trajectory {_named(trajectory_id)}{where} in the warehouse")
     runs = sorted({row[0] for row in rows})
     if len(rows) > 1:
         named = ", ".join(shown(run) for run in runs[:5]) + (" ..." if len(runs) > 5 else "")

@@ -149,6 +149,8 @@ def test_show_refuses_on_one_line(built, capsys):
     assert main(["show", "ft_missing", "--warehouse", str(wh)]) == 2
     err = capsys.readouterr().err
     assert err == "grpo-warehouse show: no trajectory ft_missing in the warehouse\n"
+    assert main(["show", "", "--run", "", "--warehouse", str(wh)]) == 2  # empty ids, quoted so the line reads
+    assert capsys.readouterr().err == 'grpo-warehouse show: no trajectory "" in run "" in the warehouse\n'
     assert main(["show", "a_2_0", "--warehouse", str(wh), "--format", "json"]) == 2  # a trajectory without one
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["show", "a_2_0", "--warehouse", str(wh)]) == 0
