@@ -3,6 +3,7 @@ the build command that loads what it wrote; the CLI's version and help."""
 
 import json
 import shlex
+import shutil
 from importlib.metadata import version
 
 import pytest
@@ -66,6 +67,18 @@ def test_sample_refuses_a_negative_seed_or_no_scale(tmp_path, capsys, args, mess
     assert main(["sample", "--out", str(tmp_path / "new"), *args]) == 2
     assert capsys.readouterr().err == f"grpo-warehouse sample: {message}\n"
     assert not (tmp_path / "new").exists()
+
+
+def test_sample_refuses_a_scale_the_disk_cannot_hold_before_writing(tmp_path, capsys):
+    free = shutil.disk_usage(tmp_path).free
+    scale = free // 50_000_000 + 1  # one sample more than fits, at 50 MB each
+    assert main(["sample", "--out", str(tmp_path / "new"), "--scale", str(scale)]) == 2
+    err = capsys.readouterr().err  # the free space moves as others write: its figure is not compared
+    assert err.startswith(f"grpo-warehouse sample: --scale {scale} writes about {scale * 50_000_000 / 1e9:.3g} GB, ")
+    assert err.endswith(" GB free\n") and f", and {tmp_path} has " in err and err.count("\n") == 1
+    assert not (tmp_path / "new").exists()
+    assert main(["sample", "--out", str(tmp_path / "new"), "--scale", str(10**20)]) == 2  # refused, not hanging
+    assert "--scale 100000000000000000000 writes about 5e+18 GB" in capsys.readouterr().err
 
 
 def test_version(capsys):
