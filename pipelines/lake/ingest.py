@@ -239,7 +239,7 @@ def _run_errors(
     if parse_errors is not None:  # the epoch files' own; a candidate that may hold transcripts has kept_errors'
         documents = [path for path in current if path not in sources]
         parse_errors = parse_errors.filter(pl.col("source_path").is_in(documents))
-    errors = concat_frames(
+    errors = _stacked(
         [
             parse_errors,
             pl.DataFrame(parsed.new_errors, schema=ERROR_COLUMNS),
@@ -254,9 +254,16 @@ def _run_errors(
         error_row(run_id, f"{run_id}/", None, "type_drift", "warning", note, "loaded: every value kept as JSON text")
         for note in notes
     ]
-    return concat_frames(
+    return _stacked(
         [errors, pl.DataFrame(drift + length_mismatches(run_id, epochs, trajectories), schema=ERROR_COLUMNS)]
     )
+
+
+def _stacked(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
+    """Error rows stacked in order, parts without rows left out (a concat costs a plan per frame, and most runs have
+    no error); ERROR_COLUMNS' empty frame when none has rows."""
+    present = [frame for frame in frames if frame is not None and frame.height]
+    return concat_frames(present) if present else pl.DataFrame(schema=ERROR_COLUMNS)
 
 
 def _write_run(
@@ -285,12 +292,13 @@ def _write_run(
     inventory = run_inventory(run_id, current, epoch_outcomes, listing.skipped)
     # A candidate set aside as no epoch document that holds transcripts is listed as what it is.
     transcript_rows = {p for p in sources if p not in current or transcript_outcomes[p]["status"] != "skipped"}
-    inventory = pl.concat(
-        [
-            inventory.filter(~pl.col("source_path").is_in(list(transcript_rows))),
-            transcript_inventory(run_id, {p: sources[p] for p in transcript_rows}, transcript_outcomes),
-        ]
-    )
+    if transcript_rows:
+        inventory = pl.concat(
+            [
+                inventory.filter(~pl.col("source_path").is_in(list(transcript_rows))),
+                transcript_inventory(run_id, {p: sources[p] for p in transcript_rows}, transcript_outcomes),
+            ]
+        )
     write_atomically(inventory, partition_file(lake, "files", run_id))
     # The manifest goes last, then the stamps: a crash before it only means the same files are parsed again.
     statuses = [*(o.status for o in epoch_outcomes.values()), *(o["status"] for o in transcript_outcomes.values())]

@@ -166,6 +166,8 @@ def run_inventory(
         },
         schema=FILE_COLUMNS,
     )
+    if not skipped:
+        return listed
     others = pl.DataFrame(
         {
             "run_id": [run_id] * len(skipped),

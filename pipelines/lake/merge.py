@@ -23,6 +23,8 @@ def keep_rows(frame: pl.DataFrame | None, drop_paths: set[str]) -> pl.DataFrame 
 
 def concat_frames(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
     present = [f for f in frames if f is not None and f.width > 0]
+    if len(present) == 1:
+        return present[0]
     return pl.concat(present, how="diagonal_relaxed") if present else pl.DataFrame()
 
 

@@ -165,6 +165,8 @@ def index_run_transcripts(
     """Indexes a run's new and changed transcript files and merges their rows with its stored ones. When a file was
     rewritten or removed and the merged field columns may not be those a first indexing would make, every file of
     the run is indexed again."""
+    if not sources and not previous.get("transcripts"):  # most runs: nothing to index, now or before
+        return IndexedTranscripts(pl.DataFrame(schema=TRANSCRIPT_COLUMNS), {}, {}, [], set(), 0)
     changed, removed = transcripts_to_index(sources, previous, max_file_bytes, keep_text)
     known = {path: outcome for path, outcome in previous.get("transcripts", {}).items() if path in sources}
     # Only dropping a file's rows can leave merged columns a fresh indexing would not make.

@@ -179,8 +179,9 @@ def combine(parts: Sequence[tuple[pl.DataFrame, ColumnKinds]], schema: dict) -> 
     numeric = {(pl.Int64, ()), (pl.Float64, ())}
     retype = sorted(column for column, ways in seen.items() if len(ways) > 1 and not ways <= numeric)
     kinds = {column: types for _, part_kinds in parts for column, types in part_kinds.items() if column not in retype}
-    frames = [frame.drop(retype, strict=False) for frame, _ in parts]
-    combined = pl.concat(frames, how="diagonal_relaxed")
+    frames = [frame.drop(retype, strict=False) if retype else frame for frame, _ in parts]
+    # One part (a run's first ingest) is taken as it is: a concat costs a plan even of one frame.
+    combined = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
     for column in retype:
         values: list = []
         for frame, part_kinds in parts:
