@@ -132,6 +132,8 @@ def _build_locked(config, full_scan: bool = False) -> list[str]:
         else:  # a run gone from the releases leaves the lake through release_runs
             result = _run_unpartitioned(definitions, instance, set(map(partition_key, stale & set(runs))))
     if not result.success:
+        if _interrupted(result):
+            raise KeyboardInterrupt  # the command reports it on one line, exit status 130
         raise BuildError(failure_reason(result))
     return empty + print_summary(config.warehouse, time.perf_counter() - started, config.lake)
 
@@ -255,6 +257,22 @@ def _ingest_distributed(instance, config, ranges: list[list[str]]):
     with ThreadPoolExecutor(max(1, min(len(ranges), 16))) as threads:
         results = list(threads.map(ingest, ranges))
     return next((result for result in results if not result.success), None)
+
+
+# How an interruption (Ctrl-C, SIGINT) comes back from a step: Dagster's own error, or DuckDB's when the signal
+# arrived during a query (Dagster's handler raises inside it, and DuckDB reports the query interrupted).
+_INTERRUPTIONS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt", "InterruptException"}
+
+
+def _interrupted(result) -> bool:
+    """Whether the build failed because it was interrupted, which Dagster reports as a failed run or step."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None) if event.is_failure else None
+        while error is not None:
+            if error.cls_name in _INTERRUPTIONS or error.message.startswith("RuntimeError: Query interrupted"):
+                return True
+            error = error.cause
+    return False
 
 
 def failure_reason(result) -> str:

@@ -60,3 +60,26 @@ def test_each_file_is_reported_under_its_true_cause(built, query):
         ("run_files/epoch_003_results.json", "not_an_object", "the document is a JSON null, not an object"),
     ]
     assert query(built[1], "select epoch from fact_epochs where run_id = 'run_files'") == [(0,)]
+
+
+def test_an_interrupted_build_says_so_and_the_next_one_builds(tmp_path, monkeypatch, capsys, query):
+    from pipelines.cli import main
+    from pipelines.defs.exports import assets
+
+    release, warehouse = tmp_path / "rel", tmp_path / "wh"
+    for epoch in (0, 1):
+        write_epoch_file(release / "run_a", epoch, epoch_document(epoch, n=2))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C while a step runs, as Dagster's executor sees it
+
+    with monkeypatch.context() as patch:
+        patch.setattr(assets, "render_report_and_headlines", interrupted)
+        assert main(["build", "--release", str(release), "--warehouse", str(warehouse)]) == 130
+    assert capsys.readouterr().err == "grpo-warehouse build: interrupted\n"
+    assert not (warehouse / "warehouse.duckdb").exists()  # nothing published from a build cut short
+    assert main(["build", "--release", str(release), "--warehouse", str(warehouse)]) == 0
+    assert query(warehouse, "select run_id, epoch, mean_reward from epoch_metrics order by 2") == [
+        ("run_a", 0, 0.125),
+        ("run_a", 1, 0.125),
+    ]
