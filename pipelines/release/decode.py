@@ -149,6 +149,11 @@ def may_hold_an_integer_beyond_64_bits(data: bytes) -> bool:
     return _LONG_INTEGER_START in data.translate(_NUMERALS_ONLY)
 
 
+def utf16_text(data: bytes) -> bool:
+    """Whether text is UTF-16 or UTF-32 (a byte-order mark, or NUL bytes, which UTF-8 text never starts with)."""
+    return data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in data[:4]
+
+
 def _encoding_problem(data: bytes) -> DecodeError | None:
     """A document in another encoding than JSON's UTF-8, named as such: the parsers see only a bad first byte."""
     if data.startswith(codecs.BOM_UTF8):
@@ -157,7 +162,7 @@ def _encoding_problem(data: bytes) -> DecodeError | None:
             "the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which JSON text may not; saved without "
             "it, it loads",
         )
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in data[:4]:
+    if utf16_text(data):
         return DecodeError(
             "invalid_utf8", "the file is UTF-16 or UTF-32 text (a byte-order mark or NUL bytes at its start), not UTF-8"
         )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
+from pipelines.release.decode import utf16_text
 from pipelines.release.discover import RunFolder
 from pipelines.settings import ConfigError
 
@@ -62,9 +64,16 @@ def read_registry(path: Path) -> pl.DataFrame:
     the file, the CSV line and the problem."""
     try:
         # Read as bytes: polars would take `*`, `?` or `[` in the path as a pattern.
-        frame = pl.read_csv(Path(path).read_bytes(), infer_schema=False)
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read the registry: {exc.strerror or exc}") from None
+    if utf16_text(data):
+        raise RegistryError(f"{path}: the registry is UTF-16 or UTF-32 text; save it as UTF-8")
+    header = next(csv.reader([data.split(b"\n", 1)[0].decode("utf-8-sig", "replace")]), [])
+    if repeated := sorted({name.strip() for name in header if header.count(name) > 1}):
+        raise RegistryError(f"{path}: column(s) {', '.join(repeated)} appear more than once in the header")
+    try:
+        frame = pl.read_csv(data, infer_schema=False)
     except pl.exceptions.PolarsError as exc:
         raise RegistryError(f"{path}: not a CSV file: {str(exc).splitlines()[0]}") from None
     if "run_id" not in frame.columns:
@@ -106,7 +115,7 @@ def _check_rows(path: Path, frame: pl.DataFrame, typed: pl.DataFrame) -> None:
     )
     for column in [c for c in typed.columns if c != "line" and RUN_COLUMNS[c] in (pl.Int64, pl.Boolean)]:
         written = frame[column].str.strip_chars().replace("", None)
-        kind = "a whole number" if RUN_COLUMNS[column] == pl.Int64 else "true or false"
+        kind = "a whole number of 64 bits" if RUN_COLUMNS[column] == pl.Int64 else "true or false"
         refuse(
             frame.filter(written.is_not_null() & typed[column].is_null()),
             f"`{column}` of run {{run_id!r}} is not {kind}: {{{column}!r}}",

@@ -123,8 +123,14 @@ def test_a_registry_groups_seeds_into_arms(tmp_path):
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("run_id,group_size\na,8\nb,x\n", "line 3: `group_size` of run 'b' is not a whole number: 'x'"),
-        ("run_id,group_size\na,8.5\n", "line 2: `group_size` of run 'a' is not a whole number: '8.5'"),
+        ("run_id,group_size\na,8\nb,x\n", "line 3: `group_size` of run 'b' is not a whole number of 64 bits: 'x'"),
+        ("run_id,group_size\na,8.5\n", "line 2: `group_size` of run 'a' is not a whole number of 64 bits: '8.5'"),
+        (
+            f"run_id,group_size\na,{2**64}\n",
+            f"line 2: `group_size` of run 'a' is not a whole number of 64 bits: '{2**64}'",
+        ),
+        ("run_id,arm,run_id\na,x,b\n", "column(s) run_id appear more than once in the header"),
+        ("run_id,arm\na,x\n".encode("utf-16"), "the registry is UTF-16 or UTF-32 text; save it as UTF-8"),
         ("run_id,group_size\na,0\n", "line 2: `group_size` of run 'a' must be 1 or more, not 0"),
         ("run_id,group_size\na,-4\n", "line 2: `group_size` of run 'a' must be 1 or more, not -4"),
         (
@@ -148,7 +154,7 @@ def test_a_registry_groups_seeds_into_arms(tmp_path):
 )
 def test_a_registry_value_no_build_can_use_is_refused_with_its_line(tmp_path, text, problem):
     registry = tmp_path / "runs[1].csv"  # a glob character in the name: read as given
-    registry.write_text(text)
+    registry.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(RegistryError) as refused:
         read_registry(registry)
     assert str(refused.value) == f"{registry}{', ' if problem.startswith('line') else ': '}{problem}"
