@@ -165,9 +165,22 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+# Flags naming a folder or file, where an empty value (an unset shell variable, "$REL") would fall back to the
+# default: the bundled sample release built in place of the user's, without a word.
+_PATH_FLAGS = ("release", "warehouse", "registry", "lake")
+
+
+def _refuse_empty_paths(args) -> None:
+    for flag in _PATH_FLAGS:
+        value = getattr(args, flag, None)
+        if any(item is not None and not item.strip() for item in (value if isinstance(value, list) else [value])):
+            raise CommandError(f"--{flag} is given an empty value: name a folder or file, or leave the flag out")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        _refuse_empty_paths(args)
         if args.command == "build":
             return run_build(args)
         if args.command == "sample":

@@ -41,6 +41,12 @@ CASES = [
         "duckdb_memory_limit (GRPO_DUCKDB_MEMORY_LIMIT) 'lots' is not a DuckDB memory size such as 512MB or 2GB",
     ),
     (["--release", "{tmp}/missing"], {}, "release folder {tmp}/missing does not exist"),
+    # An empty value (an unset shell variable) would otherwise build the bundled sample, or use the defaults.
+    (["--release", ""], {}, "--release is given an empty value: name a folder or file, or leave the flag out"),
+    (["--release", "{tmp}/rel", " "], {}, "--release is given an empty value"),
+    (["--warehouse", ""], {}, "--warehouse is given an empty value"),
+    (["--registry", ""], {}, "--registry is given an empty value"),
+    (["--lake", ""], {}, "--lake is given an empty value"),
     (
         ["--release", "{tmp}/rel/run_a"],
         {},
