@@ -18,8 +18,15 @@ Scalar = bool | int | float | str | None
 
 
 # The JSON names of parsed values' types, as a message says them: a user wrote `null`, never a NoneType.
-_JSON_KINDS = {type(None): "null", bool: "boolean", int: "integer", float: "float", str: "string", list: "list"}
-_JSON_KINDS[dict] = "object"
+_JSON_KINDS = {
+    type(None): "null",
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    str: "string",
+    list: "list",
+    dict: "object",
+}
 
 
 def json_kind(value: Any) -> str:
