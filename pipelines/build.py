@@ -31,6 +31,8 @@ def configure(
 
     if workers is not None and workers < 0:
         raise BuildError(f"--workers must be 0 (one per core) or more, not {workers}")
+    if workers is not None and workers >= 2**63:  # named as the flag, not as the variable the check below names
+        raise BuildError(f"--workers must be a 64-bit integer, not {workers}")
     try:
         config = WarehouseConfig.from_env(
             releases=[release_location(r) for r in releases] or None,

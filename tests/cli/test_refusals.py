@@ -24,6 +24,7 @@ def release(tmp_path):
 
 CASES = [
     (["--workers", "-1"], {}, "--workers must be 0 (one per core) or more, not -1"),
+    (["--workers", str(2**64)], {}, f"--workers must be a 64-bit integer, not {2**64}\n"),
     (["--wait", "-5"], {}, "--wait must be 0 or more seconds, not -5.0"),
     (["--wait", "nan"], {}, "--wait must be 0 or more seconds, not nan"),
     ([], {"GRPO_WORKERS": "two"}, "GRPO_WORKERS='two' is not a whole number"),
