@@ -24,7 +24,6 @@ import math
 from statistics import NormalDist
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from pipelines.stats import structural
 
@@ -212,6 +211,8 @@ def too_short(size: int, fewest: int) -> str | None:
 
 def interval_quantile(level: float, df) -> float | np.ndarray:
     """The half-width's multiplier at `level`: Student's t on df degrees of freedom, the normal's when df is inf."""
+    from scipy import stats as scipy_stats  # imported by the first step that needs it: 1 s of every process's start
+
     return scipy_stats.t.ppf(0.5 + level / 2, df)[()]
 
 
