@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from filelock import FileLock
@@ -65,6 +66,29 @@ def remove_gone(folder: Path, name: str, files: list[str]) -> list[str]:
     for relative in gone:
         (Path(folder) / relative).unlink(missing_ok=True)
     return gone
+
+
+class UsersFileError(Exception):
+    """An export would overwrite a file the warehouse did not write."""
+
+
+def refuse_users_files(folder: Path, files: Mapping[str, bytes | Callable[[], bytes]]) -> None:
+    """Raises UsersFileError, before an export writes anything, if one of its files (relative path -> the bytes, or a
+    function giving them) would replace another file that the exports' record does not list: the user's own, which
+    no build overwrites. A file holding the same bytes is the export's own, written before its record was."""
+    recorded = set()
+    for entry in _load(folder).values():
+        if isinstance(entry, dict) and isinstance(entry.get("files"), dict):
+            recorded.update(entry["files"])
+    for relative, content in files.items():
+        path = Path(folder) / relative
+        if relative in recorded or not (path.exists() or path.is_symlink()):
+            continue
+        if not (path.is_file() and path.read_bytes() == (content() if callable(content) else content)):
+            raise UsersFileError(
+                f"{path} is not a file this warehouse wrote, so it is kept and the export is not written: move it "
+                "away, then build again"
+            )
 
 
 def still_there(folder: Path, sizes: dict[str, int]) -> bool:

@@ -289,3 +289,25 @@ def test_a_flag_argparse_cannot_read_is_refused_on_one_line_without_the_usage_bl
         main(argv)
     assert exited.value.code == 2
     assert capsys.readouterr().err == message + "\n"
+
+
+def test_an_export_never_overwrites_a_file_the_warehouse_did_not_write(tmp_path, release, capsys, query):
+    wh = tmp_path / "wh"
+    (wh / "exports" / "figures").mkdir(parents=True)
+    users = {wh / "exports" / "report.md": b"my own notes", wh / "exports" / "figures" / "rel.png": b"my own figure"}
+    for path, content in users.items():
+        path.write_bytes(content)
+    assert main(["build", "--release", str(release), "--warehouse", str(wh), "--workers", "1"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "is not a file this warehouse wrote, so it is kept and the export is not written" in line
+    assert {path: path.read_bytes() for path in users} == users
+    # the rest is built: the tables, their exports, the explorer
+    assert query(wh, "select count(*) from fact_epochs") == [(2,)]
+    assert (wh / "exports" / "run_summary.csv").is_file() and (wh / "exports" / "explorer" / "index.html").is_file()
+
+    for path in users:  # moved away: the next build writes the exports
+        path.rename(path.with_name(f"mine_{path.name}"))
+    assert main(["build", "--release", str(release), "--warehouse", str(wh), "--workers", "1"]) == 0
+    assert (wh / "exports" / "report.md").read_bytes().startswith(b"#")
+    assert (wh / "exports" / "figures" / "rel.png").read_bytes().startswith(b"\x89PNG")
+    assert (wh / "exports" / "figures" / "mine_rel.png").read_bytes() == b"my own figure"

@@ -33,7 +33,14 @@ from pipelines.exports.report import (
     render_report_and_headlines,
     section_parts,
 )
-from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, remove_gone
+from pipelines.exports.state import (
+    export_fingerprint,
+    kept_entry,
+    record,
+    recorded_metadata,
+    refuse_users_files,
+    remove_gone,
+)
 from pipelines.exports.transcript_lists import LISTS_SQL
 from pipelines.warehouse_db import model_fingerprints
 
@@ -222,6 +229,7 @@ def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig)
         EXPORTED_TABLES,
     )
     files = {f"{name}.{ext}": content for name, frame in frames.items() for ext, content in table_files(frame).items()}
+    refuse_users_files(folder, files)
     written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten")
     summary = frame_table(
@@ -324,6 +332,7 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
         tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings, parts
     )
     content = text.encode()
+    refuse_users_files(folder, {path.name: content})
     rewritten = write_if_changed(path, content)
     context.log.info(f"{path} {'written' if rewritten else 'unchanged'}")
     version = content_version(file_hashes({"report.md": content}))
@@ -403,6 +412,9 @@ def run_explorer(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
     library = vega_bundle(library_cache())
     pages = page_digests(explorer_contents(ExplorerTables(**tables), settings), library)
     before = recorded_metadata(exports, name).get("page_digests", {})
+    refuse_users_files(
+        exports, {f"{EXPLORER}/{page}": lambda page=page: pages[page][0].render(library) for page in pages}
+    )
     written = write_explorer_pages(folder, pages, before, library)
     stale = remove_gone(exports, name, [f"{EXPLORER}/{page}" for page in pages])
     sizes = {page: (folder / page).stat().st_size for page in pages}

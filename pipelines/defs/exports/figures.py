@@ -37,7 +37,15 @@ from pipelines.exports.figure import (
     draw_figures,
 )
 from pipelines.exports.files import write_if_changed
-from pipelines.exports.state import export_fingerprint, kept_entry, record, recorded_metadata, remove_gone, still_there
+from pipelines.exports.state import (
+    export_fingerprint,
+    kept_entry,
+    record,
+    recorded_metadata,
+    refuse_users_files,
+    remove_gone,
+    still_there,
+)
 
 # This module's code version (code_versions): the figures' code, the exports' it imports, the libraries that make
 # their bytes. A change to any of them draws the figures again, and nothing else.
@@ -188,6 +196,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing, warehouse.final_window, preview=shown),
     )
     drawn, files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
+    refuse_users_files(exports, {f"{FIGURES}/{name}": content for name, content in drawn.items()})
     written = [name for name, content in drawn.items() if write_if_changed(folder / name, content)]
     stale = remove_gone(exports, RECORD, [f"{FIGURES}/{name}" for name in files])
     failures = figure_failures(ablations)

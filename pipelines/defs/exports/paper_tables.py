@@ -20,7 +20,7 @@ from pipelines.exports import paper
 from pipelines.exports.figure import file_stem
 from pipelines.exports.files import write_if_changed
 from pipelines.exports.report import ordered_ablations
-from pipelines.exports.state import export_fingerprint, kept_entry, record, remove_gone
+from pipelines.exports.state import export_fingerprint, kept_entry, record, refuse_users_files, remove_gone
 
 TABLES = "tables"
 PAPER_INPUTS = ("dim_runs", "run_summary")
@@ -72,6 +72,7 @@ def paper_tables(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         PAPER_INPUTS,
     )
     files = paper_files(tables["runs"], tables["summary"], warehouse.ci_level)
+    refuse_users_files(folder, files)
     written = [path for path, content in files.items() if write_if_changed(folder / path, content)]
     gone = remove_gone(folder, name, list(files))
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten, {len(gone)} of gone ablations removed")
