@@ -91,6 +91,13 @@ def refuse_users_files(folder: Path, files: Mapping[str, bytes | Callable[[], by
             )
 
 
+def write_exports(folder: Path, files: Mapping[str, bytes]) -> list[str]:
+    """Writes an export's files (relative path -> bytes) where their bytes changed, after refuse_users_files; returns
+    the files written."""
+    refuse_users_files(folder, files)
+    return [relative for relative, content in files.items() if write_if_changed(Path(folder) / relative, content)]
+
+
 def still_there(folder: Path, sizes: dict[str, int]) -> bool:
     """Whether files written earlier (relative path -> size then) are all still there at that size; a file the user
     deleted or replaced is written again."""

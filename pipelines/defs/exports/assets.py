@@ -40,6 +40,7 @@ from pipelines.exports.state import (
     recorded_metadata,
     refuse_users_files,
     remove_gone,
+    write_exports,
 )
 from pipelines.exports.transcript_lists import LISTS_SQL
 from pipelines.warehouse_db import model_fingerprints
@@ -229,8 +230,7 @@ def table_exports(context: dg.AssetExecutionContext, warehouse: WarehouseConfig)
         EXPORTED_TABLES,
     )
     files = {f"{name}.{ext}": content for name, frame in frames.items() for ext, content in table_files(frame).items()}
-    refuse_users_files(folder, files)
-    written = [name for name, content in files.items() if write_if_changed(folder / name, content)]
+    written = write_exports(folder, files)
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten")
     summary = frame_table(
         frames["run_summary"].select("run_id", "n_epochs", "final_reward", "matched_horizon", "matched_reward")
@@ -332,8 +332,7 @@ def report(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) -> dg.
         tables["runs"], tables["summary"], tables["contrasts"], tables["snapshots"], settings, parts
     )
     content = text.encode()
-    refuse_users_files(folder, {path.name: content})
-    rewritten = write_if_changed(path, content)
+    rewritten = bool(write_exports(folder, {path.name: content}))
     context.log.info(f"{path} {'written' if rewritten else 'unchanged'}")
     version = content_version(file_hashes({"report.md": content}))
     record(

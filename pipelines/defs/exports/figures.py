@@ -36,15 +36,14 @@ from pipelines.exports.figure import (
     ablation_inputs,
     draw_figures,
 )
-from pipelines.exports.files import write_if_changed
 from pipelines.exports.state import (
     export_fingerprint,
     kept_entry,
     record,
     recorded_metadata,
-    refuse_users_files,
     remove_gone,
     still_there,
+    write_exports,
 )
 
 # This module's code version (code_versions): the figures' code, the exports' it imports, the libraries that make
@@ -196,8 +195,7 @@ def ablation_figures(context: dg.AssetExecutionContext, warehouse: WarehouseConf
         lambda ablation, rows, shown: FigureJob(ablation, rows, smoothing, warehouse.final_window, preview=shown),
     )
     drawn, files, previews, ablations = collect_figures(plans, draw_figures(jobs, warehouse.workers))
-    refuse_users_files(exports, {f"{FIGURES}/{name}": content for name, content in drawn.items()})
-    written = [name for name, content in drawn.items() if write_if_changed(folder / name, content)]
+    written = write_exports(exports, {f"{FIGURES}/{name}": content for name, content in drawn.items()})
     stale = remove_gone(exports, RECORD, [f"{FIGURES}/{name}" for name in files])
     failures = figure_failures(ablations)
     context.log.info(

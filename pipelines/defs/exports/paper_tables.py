@@ -18,9 +18,8 @@ from pipelines.defs.exports.assets import (
 from pipelines.defs.resources import WarehouseConfig
 from pipelines.exports import paper
 from pipelines.exports.figure import file_stem
-from pipelines.exports.files import write_if_changed
 from pipelines.exports.report import ordered_ablations
-from pipelines.exports.state import export_fingerprint, kept_entry, record, refuse_users_files, remove_gone
+from pipelines.exports.state import export_fingerprint, kept_entry, record, remove_gone, write_exports
 
 TABLES = "tables"
 PAPER_INPUTS = ("dim_runs", "run_summary")
@@ -72,8 +71,7 @@ def paper_tables(context: dg.AssetExecutionContext, warehouse: WarehouseConfig) 
         PAPER_INPUTS,
     )
     files = paper_files(tables["runs"], tables["summary"], warehouse.ci_level)
-    refuse_users_files(folder, files)
-    written = [path for path, content in files.items() if write_if_changed(folder / path, content)]
+    written = write_exports(folder, files)
     gone = remove_gone(folder, name, list(files))
     context.log.info(f"{len(files)} table file(s), {len(written)} rewritten, {len(gone)} of gone ablations removed")
     version = content_version(file_hashes(files))
