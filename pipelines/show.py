@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import orjson
 
+from pipelines.release.transcript_fields import scalar_fields
 from pipelines.release.transcripts import (
     FILE_NAME_ID,
     content_text,
@@ -18,7 +19,6 @@ from pipelines.release.transcripts import (
     message_tool_calls,
     read_span,
     record_id,
-    scalar_fields,
 )
 
 # Characters a terminal would act on rather than show (control characters, bidirectional overrides): written as

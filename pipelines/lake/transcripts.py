@@ -15,7 +15,7 @@ from pipelines.lake_store import LakePath
 from pipelines.release.decode import DecodeError
 from pipelines.release.discover import OBJECT_SCHEME, OTHER_JSON_LAYOUT, EpochFile, RunListing
 from pipelines.release.flatten import ColumnKinds, column_order, combine, extra_column_name, mtime_column, typed_series
-from pipelines.release.transcripts import TranscriptIndex, index_transcripts
+from pipelines.release.transcripts import TranscriptIndex, index_transcripts, record_fields
 
 TRANSCRIPTS = "transcripts"
 INDEXED = ("indexed", "indexed_with_warnings")
@@ -68,7 +68,10 @@ def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) ->
         "text": [r.text for r in records],
     }
     frame = pl.DataFrame(columns, schema=TRANSCRIPT_COLUMNS)
-    by_column = _field_columns([record.fields for record in records])
+    by_column = {
+        extra_column_name(name, TRANSCRIPT_COLUMNS): values
+        for name, values in record_fields([index for _, index in indexed]).items()
+    }
     kinds: ColumnKinds = {}
     extras = []
     for name in sorted(by_column):
@@ -77,27 +80,6 @@ def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) ->
         if types is not None:
             kinds[name] = types
     return frame.with_columns(extras) if extras else frame, kinds
-
-
-def _field_columns(fields: list[dict]) -> dict[str, list]:
-    """The records' fields as columns (a value per record, None where it lacks the field), by column name
-    (extra_column_name). Records of one shape (the same fields in the same order, as a run's records mostly are) are
-    transposed together, not field by field."""
-    shapes: dict[tuple, list[int]] = {}
-    for position, record in enumerate(fields):
-        shapes.setdefault(tuple(record), []).append(position)
-    columns: dict[str, list] = {}
-    for names, positions in shapes.items():
-        transposed = zip(*(fields[position].values() for position in positions), strict=True) if names else ()
-        for name, values in zip(names, transposed, strict=True):
-            column = extra_column_name(name, TRANSCRIPT_COLUMNS)
-            if len(positions) == len(fields):
-                columns[column] = list(values)
-                continue
-            target = columns.setdefault(column, [None] * len(fields))
-            for position, value in zip(positions, values, strict=True):
-                target[position] = value
-    return columns
 
 
 def transcript_sources(listing: RunListing, epoch_outcomes: dict[str, dict]) -> dict[str, EpochFile]:

@@ -13,6 +13,7 @@ import orjson
 
 from pipelines.release.decode import json_kind
 from pipelines.release.discover import resolve_inside
+from pipelines.release.transcript_fields import field_columns
 from pipelines.settings import OBJECT_SCHEME
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -27,12 +28,6 @@ FILE_NAME_ID = "file name"
 MESSAGE_KEYS = ("messages", "transcript", "conversation", "turns")
 # Content blocks that are tool calls (Anthropic's tool_use, others' tool_call and function_call).
 TOOL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
-# A record's scalar fields become columns: at most this many, from objects at most this deep; a string longer than
-# FIELD_CHARS gives its length instead (`<name>_chars`), its text being in the transcript.
-MAX_FIELDS = 100
-FIELD_DEPTH = 4
-FIELD_CHARS = 200
-
 JSON_LINES, JSON_ARRAY, JSON_OBJECT = "jsonl", "json_array", "json_object"
 
 
@@ -50,7 +45,7 @@ class TranscriptRecord:
     n_turns: int
     n_tool_calls: int
     content_chars: int
-    fields: dict[str, object]
+    messages_key: str | None  # where its messages are (find_messages)
     text: str | None = None  # the messages' text, when kept
 
 
@@ -60,6 +55,8 @@ class TranscriptIndex:
 
     format: str | None = None
     records: list[TranscriptRecord] = field(default_factory=list)
+    # each record as read, its messages taken out (the rest gives its fields: record_fields)
+    sources: list[dict] = field(default_factory=list)
     # (error_kind, severity, message): a file that does not parse is an error, a bad line or a record without an id a
     # warning (the rest of the file is indexed)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
@@ -100,6 +97,14 @@ def _index(data: bytes, name: str, keep_text: bool) -> TranscriptIndex:
     return found
 
 
+def record_fields(indexes: list[TranscriptIndex]) -> dict[str, list]:
+    """The scalar fields of the files' records, one file after another, as columns (transcript_fields.field_columns):
+    a value per record, None where it has none; a record's id and messages are no fields."""
+    records = [record for index in indexes for record in index.records]
+    skips = [(record.id_source, record.messages_key) for record in records]
+    return field_columns([source for index in indexes for source in index.sources], skips)
+
+
 def loads(data: bytes):
     """JSON text's value, by orjson; failing that by the standard library, which reads Python's `NaN` and
     `Infinity` tokens; orjson's error (its message has the line and column) when neither reads it."""
@@ -134,6 +139,7 @@ class _Collector:
         indexed = index_record(record, line, offset, length, file_id, self.keep_text)
         if indexed is not None:
             self.index.records.append(indexed)
+            self.index.sources.append(record)
         elif find_messages(record)[0] is not None:  # a record of messages that cannot be linked
             self.without_id.append(where)
 
@@ -264,14 +270,16 @@ def index_record(
     record: dict, line: int | None, offset: int, length: int, file_id: str | None = None, keep_text: bool = False
 ) -> TranscriptRecord | None:
     """A record's index entry, or None when it has no trajectory id (file_id, the file's name, serves a lone
-    record); keep_text: with its messages' text."""
+    record); keep_text: with its messages' text. The messages of a record indexed are taken out of it, which leaves
+    its fields."""
     found = record_id(record)
     if found is None:
         if file_id is None:
             return None
         found = (file_id, FILE_NAME_ID)
     trajectory_id, id_source = found
-    messages_key, messages = find_messages(record)
+    messages_key, holder, key = _messages_place(record)
+    messages = [] if holder is None else holder.pop(key)  # not kept with the record's fields: they are the bulk
     by_role, turns, tool_calls, chars = measure_messages(messages)
     return TranscriptRecord(
         trajectory_id,
@@ -284,7 +292,7 @@ def index_record(
         turns,
         tool_calls,
         chars,
-        scalar_fields(record, {id_source, messages_key}),
+        messages_key,
         messages_text(messages) if keep_text else None,
     )
 
@@ -323,18 +331,24 @@ def measure_messages(messages: list) -> tuple[dict[str, int], int, int, int]:
 def find_messages(record: dict) -> tuple[str | None, list]:
     """The record's list of messages and its key (dotted when it is in an object of the record): MESSAGE_KEYS first,
     then any list whose first item is an object with a role; (None, []) when there is none."""
+    name, holder, key = _messages_place(record)
+    return (None, []) if holder is None else (name, holder[key])
+
+
+def _messages_place(record: dict) -> tuple[str | None, dict | None, str | None]:
+    """Where find_messages finds the messages: their name, the object holding them and their key in it."""
     for key in MESSAGE_KEYS:
         if _is_messages(record.get(key)):
-            return key, record[key]
+            return key, record, key
     for key, value in record.items():
         if _is_messages(value):
-            return key, value
+            return key, record, key
     for key, value in record.items():
         if isinstance(value, dict):
             for inner, messages in value.items():
                 if _is_messages(messages):
-                    return f"{key}.{inner}", messages
-    return None, []
+                    return f"{key}.{inner}", value, inner
+    return None, None, None
 
 
 def _is_messages(value) -> bool:
@@ -380,35 +394,6 @@ def messages_text(messages: list) -> str:
         lines.append(f"{role}: {content_text(message.get('content'))}")
         lines += [f"{role} [tool call]: {orjson.dumps(call).decode()}" for call in message_tool_calls(message)]
     return "\n".join(lines)
-
-
-def scalar_fields(record: dict, skip: set, max_chars: int | None = FIELD_CHARS) -> dict[str, object]:
-    """The record's scalar values by dotted name (`metadata.judge.scores.realism`), its objects followed up to
-    FIELD_DEPTH deep and lists left out, at most MAX_FIELDS of them; a string over max_chars gives its length, as
-    `<name>_chars`."""
-    fields: dict[str, object] = {}
-    _add_fields(record, "", 1, skip, max_chars, fields)
-    return fields
-
-
-def _add_fields(holder: dict, prefix: str, depth: int, skip: set, max_chars: int | None, fields: dict) -> None:
-    for key, value in holder.items():
-        if len(fields) >= MAX_FIELDS:
-            return
-        name = prefix + key
-        if name in skip:
-            continue
-        kind = type(value)
-        if kind is str:
-            if max_chars is not None and len(value) > max_chars:
-                fields[name + "_chars"] = len(value)
-            else:
-                fields[name] = value
-        elif kind is dict:
-            if depth < FIELD_DEPTH:
-                _add_fields(value, name + ".", depth + 1, skip, max_chars, fields)
-        elif kind is int or kind is float or kind is bool:
-            fields[name] = value
 
 
 def read_span(release_root: str, source_path: str, offset: int, length: int) -> bytes:

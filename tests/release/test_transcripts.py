@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.lake.transcripts import transcript_frame
-from pipelines.release.transcripts import FIELD_CHARS, MAX_FIELDS, array_element_spans, index_transcripts
+from pipelines.release.transcript_fields import FIELD_CHARS, MAX_FIELDS
+from pipelines.release.transcripts import array_element_spans, index_transcripts, record_fields
 
 # A hand-made audit: the counts below are read off it.
 AUDIT = {
@@ -36,7 +37,8 @@ def _jsonl(*records) -> bytes:
 
 
 def test_an_audit_is_measured_without_its_schema():
-    [record] = index_transcripts(_jsonl(AUDIT), "epoch_000.jsonl").records
+    index = index_transcripts(_jsonl(AUDIT), "epoch_000.jsonl")
+    [record] = index.records
     assert record.trajectory_id == "t1" and record.id_source == "trajectory_id"
     assert record.n_messages == 6
     assert record.messages_by_role == {"system": 1, "auditor": 2, "target": 2, "tool": 1}
@@ -44,11 +46,11 @@ def test_an_audit_is_measured_without_its_schema():
     assert record.n_turns == 5
     assert record.n_tool_calls == 3  # two in tool_calls, one tool_use block
     assert record.content_chars == 17 + 8 + 3 + 8 + 2 + 5
-    assert record.fields == {
-        "metadata.judge.scores.overall": 7.5,
-        "metadata.judge.scores.realism": 6,
-        "metadata.judge.verdict": "quirk_found",
-        "metadata.judge.summary_chars": 250,  # over FIELD_CHARS: its length, its text left in the file
+    assert record_fields([index]) == {
+        "metadata.judge.scores.overall": [7.5],
+        "metadata.judge.scores.realism": [6],
+        "metadata.judge.verdict": ["quirk_found"],
+        "metadata.judge.summary_chars": [250],  # over FIELD_CHARS: its length, its text left in the file
     }
     assert record.text is None
 
@@ -162,8 +164,8 @@ def test_a_file_that_does_not_parse_is_an_error():
 
 def test_python_json_tokens_nan_and_infinity_are_read():
     data = b'{"trajectory_id": "a", "score": NaN, "peak": -Infinity, "messages": [{"role": "u"}]}\n'
-    [record] = index_transcripts(data, "e.jsonl").records
-    assert record.fields["score"] != record.fields["score"] and record.fields["peak"] == float("-inf")
+    fields = record_fields([index_transcripts(data, "e.jsonl")])
+    assert fields["score"][0] != fields["score"][0] and fields["peak"] == [float("-inf")]
 
 
 def test_json_lines_under_a_json_name_are_read_as_lines():
@@ -188,8 +190,8 @@ def test_text_is_kept_only_when_asked_and_as_written():
 
 def test_fields_are_bounded_and_typed_per_run_with_drift_kept_as_json_text():
     wide = {"trajectory_id": "w", "messages": [{"role": "a"}], **{f"f{i:03d}": i for i in range(MAX_FIELDS + 50)}}
-    [record] = index_transcripts(_jsonl(wide), "w.jsonl").records
-    assert len(record.fields) == MAX_FIELDS and "f000" in record.fields
+    fields = record_fields([index_transcripts(_jsonl(wide), "w.jsonl")])
+    assert len(fields) == MAX_FIELDS and "f000" in fields
 
     first = {"trajectory_id": "a", "run_id": "not mine", "score": 1, "flag": True, "note": "x" * FIELD_CHARS}
     second = {"trajectory_id": "b", "score": 2.5, "flag": "yes", "tags": ["dropped"], "messages": [{"role": "a"}]}
