@@ -72,7 +72,7 @@ def field_columns(records: Sequence[dict], skips: Sequence[Collection[str]]) -> 
         if len(found) > MAX_FIELDS:
             found = _walked(records, positions, skip)
         for name, (where, values) in found.items():
-            if where == everyone:  # every record's, in order: the column as it is
+            if where is everyone:  # every record's, in order: the column as it is
                 columns[name] = values
                 continue
             column = columns.setdefault(name, [None] * len(records))
@@ -136,10 +136,12 @@ def _string_columns(name: str, positions: list[int], values: list[str], found: F
     if max(lengths) <= FIELD_CHARS:
         _add(found, name, positions, values)
         return
+    if min(lengths) > FIELD_CHARS:
+        _add(found, name + "_chars", positions, lengths)
+        return
     long = [length > FIELD_CHARS for length in lengths]
     _add(found, name + "_chars", *_picked(long, positions, lengths))
-    if not all(long):
-        _add(found, name, *_picked([not is_long for is_long in long], positions, values))
+    _add(found, name, *_picked([not is_long for is_long in long], positions, values))
 
 
 def _picked(keep: list[bool], positions: list[int], values: list) -> tuple[list[int], list]:
@@ -147,6 +149,9 @@ def _picked(keep: list[bool], positions: list[int], values: list) -> tuple[list[
 
 
 def _add(found: Found, name: str, positions: list[int], values: list) -> None:
-    where, column = found.setdefault(name, ([], []))
-    where += positions
-    column += values
+    """Adds a field's values at these positions (the lists themselves, when the name is new)."""
+    if name in found:
+        where, column = found[name]
+        found[name] = (where + positions, column + values)
+    else:
+        found[name] = (positions, values)

@@ -6,7 +6,9 @@ import json
 import os
 import stat
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -24,6 +26,8 @@ ROLE_TOKEN = b'"role"'
 # one record and none of these is named after its trajectory (<id>.json).
 ID_KEYS = ("trajectory_id", "metadata.trajectory_id", "id", "metadata.id")
 FILE_NAME_ID = "file name"
+# Each id key, whether it is in the metadata object, and its name there.
+_ID_PLACES = tuple((key, "." in key, key.rpartition(".")[2]) for key in ID_KEYS)
 # The key of a record's list of messages, tried first; then any key whose value is a list of objects with a role.
 MESSAGE_KEYS = ("messages", "transcript", "conversation", "turns")
 # Content blocks that are tool calls (Anthropic's tool_use, others' tool_call and function_call).
@@ -31,9 +35,9 @@ TOOL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 JSON_LINES, JSON_ARRAY, JSON_OBJECT = "jsonl", "json_array", "json_object"
 
 
-@dataclass(slots=True)
-class TranscriptRecord:
-    """One record of a transcript file: its trajectory id, where it is, and its schema-free measures."""
+class TranscriptRecord(NamedTuple):
+    """One record of a transcript file: its trajectory id, where it is, and its schema-free measures. A tuple, which
+    the garbage collector stops tracking once it holds only plain values: a run's records are many."""
 
     trajectory_id: str
     id_source: str  # the key it was found at (ID_KEYS), or FILE_NAME_ID
@@ -92,7 +96,7 @@ def _index(data: bytes, name: str, keep_text: bool) -> TranscriptIndex:
                 return TranscriptIndex(problems=[("transcript_invalid", "error", f"does not parse as JSON: {exc}")])
         else:
             found = _one_value(value, data, start, name, keep_text)
-    if found.format is not None and not any(record.n_messages for record in found.records) and not found.problems:
+    if found.format is not None and not any(map(attrgetter("n_messages"), found.records)) and not found.problems:
         return TranscriptIndex(not_a_transcript="no record with a list of messages: not a transcript")
     return found
 
@@ -135,13 +139,15 @@ class _Collector:
         self.keep_text = keep_text
         self.without_id: list[str] = []
 
-    def add(self, record: dict, where: str, line: int | None, offset: int, length: int, file_id=None) -> None:
+    def add(self, record: dict, where, line: int | None, offset: int, length: int, file_id=None) -> None:
+        """Indexes a record; where: its place in the file, as the warning of a record without an id says it (a line
+        number stands for `line <number>`)."""
         indexed = index_record(record, line, offset, length, file_id, self.keep_text)
         if indexed is not None:
             self.index.records.append(indexed)
             self.index.sources.append(record)
         elif find_messages(record)[0] is not None:  # a record of messages that cannot be linked
-            self.without_id.append(where)
+            self.without_id.append(f"line {where}" if type(where) is int else where)
 
     def done(self) -> TranscriptIndex:
         if self.without_id:
@@ -168,14 +174,17 @@ def _json_lines(data: bytes, start: int, keep_text: bool) -> TranscriptIndex:
         if not body.strip():
             continue
         try:
-            record = loads(body)
-        except orjson.JSONDecodeError as exc:
-            bad.append((number, f"does not parse ({exc})"))
-            continue
-        if not isinstance(record, dict):
+            record = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            try:
+                record = loads(body)
+            except orjson.JSONDecodeError as exc:
+                bad.append((number, f"does not parse ({exc})"))
+                continue
+        if type(record) is not dict:
             bad.append((number, f"is a JSON {json_kind(record)}, not an object"))
             continue
-        collector.add(record, f"line {number}", number, line_start, len(body))
+        collector.add(record, number, number, line_start, len(body))
     index = collector.done()
     if bad:
         number, why = bad[0]
@@ -253,10 +262,9 @@ def record_id(record: dict) -> tuple[str, str] | None:
     """A record's trajectory id and the key it is at (ID_KEYS, in order); None when it has none. An id is a
     non-empty string, or a whole number (as its digits)."""
     metadata = record.get("metadata")
-    for key in ID_KEYS:
-        holder, _, name = key.rpartition(".")
-        source = metadata if holder else record
-        if not isinstance(source, dict):
+    for key, in_metadata, name in _ID_PLACES:
+        source = metadata if in_metadata else record
+        if type(source) is not dict:
             continue
         value = source.get(name)
         if isinstance(value, str) and value:
