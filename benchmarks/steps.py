@@ -159,7 +159,8 @@ def step_transcripts(releases: list[str]) -> dict:
 
     from pipelines.lake.transcripts import transcript_frame
     from pipelines.release.discover import list_run
-    from pipelines.release.transcripts import index_transcripts
+    from pipelines.release.transcript_fields import FieldColumns
+    from pipelines.release.transcripts import index_transcripts, take_fields
 
     started = time.perf_counter()
     runs, _ = run_folders(releases)
@@ -172,8 +173,11 @@ def step_transcripts(releases: list[str]) -> dict:
             records += sum(orjson.loads(part) is not None for part in _record_texts(path, data))
     index_started = time.process_time()
     for run_id, paths in files.items():
-        indexed = [(path.name, index_transcripts(path.read_bytes(), path.name)) for path in paths]
-        transcript_frame(run_id, indexed)
+        indexed, fields = [], FieldColumns()
+        for path in paths:
+            indexed.append((path.name, index := index_transcripts(path.read_bytes(), path.name)))
+            take_fields(index, fields)
+        transcript_frame(run_id, indexed, fields)
     done = time.process_time()
     return {
         "seconds": time.perf_counter() - started,

@@ -15,7 +15,8 @@ from pipelines.lake_store import LakePath
 from pipelines.release.decode import DecodeError
 from pipelines.release.discover import OBJECT_SCHEME, OTHER_JSON_LAYOUT, EpochFile, RunListing
 from pipelines.release.flatten import ColumnKinds, column_order, combine, extra_column_name, mtime_column, typed_series
-from pipelines.release.transcripts import TranscriptIndex, index_transcripts, record_fields
+from pipelines.release.transcript_fields import FieldColumns
+from pipelines.release.transcripts import TranscriptIndex, index_transcripts, take_fields
 
 TRANSCRIPTS = "transcripts"
 INDEXED = ("indexed", "indexed_with_warnings")
@@ -44,10 +45,13 @@ TRANSCRIPT_COLUMNS = {
 }
 
 
-def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) -> tuple[pl.DataFrame, ColumnKinds]:
+def transcript_frame(
+    run_id: str, indexed: list[tuple[str, TranscriptIndex]], fields: FieldColumns | None = None
+) -> tuple[pl.DataFrame, ColumnKinds]:
     """The rows of a run's indexed transcript files, one per record, its scalar fields as typed columns after the
     table's own (flatten.typed_series: a field whose type changes between records is kept as JSON text), and which
-    of those are JSON text."""
+    of those are JSON text. fields: the files' records, taken as they were indexed (take_fields); by default they
+    are taken from the indexes."""
     paths = [path for path, index in indexed for _ in index.records]
     formats = [index.format for _, index in indexed for _ in index.records]
     records = [record for _, index in indexed for record in index.records]
@@ -68,10 +72,11 @@ def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) ->
         "text": [r.text for r in records],
     }
     frame = pl.DataFrame(columns, schema=TRANSCRIPT_COLUMNS)
-    by_column = {
-        extra_column_name(name, TRANSCRIPT_COLUMNS): values
-        for name, values in record_fields([index for _, index in indexed]).items()
-    }
+    if fields is None:
+        fields = FieldColumns()
+        for _, index in indexed:
+            take_fields(index, fields)
+    by_column = {extra_column_name(name, TRANSCRIPT_COLUMNS): values for name, values in fields.columns().items()}
     kinds: ColumnKinds = {}
     extras = []
     for name in sorted(by_column):
@@ -160,8 +165,8 @@ def index_run_transcripts(
         n_read += len(todo)
         stale = set(sources) | set(removed) if whole else {f.source_path for f in changed} | set(removed)
         outcomes = {path: o for path, o in known.items() if path not in stale}
-        indexed, new_errors = _index_files(run_id, todo, outcomes, max_file_bytes, keep_text)
-        new_frame, new_kinds = transcript_frame(run_id, indexed)
+        indexed, fields, new_errors = _index_files(run_id, todo, outcomes, max_file_bytes, keep_text)
+        new_frame, new_kinds = transcript_frame(run_id, indexed, fields)
         old = None if whole else keep_rows(read_partition(lake, TRANSCRIPTS, run_id), stale)
         old_kinds = {} if whole else previous.get("transcript_columns", {})
         parts = [(old if old is not None else pl.DataFrame(), old_kinds), (new_frame, new_kinds)]
@@ -175,9 +180,10 @@ def index_run_transcripts(
 
 def _index_files(
     run_id: str, files: list[EpochFile], outcomes: dict[str, dict], max_file_bytes: int, keep_text: bool
-) -> tuple[list, list[dict]]:
-    """Reads and indexes each file, recording its outcome; returns the indexed files and their problems' rows."""
-    indexed, errors = [], []
+) -> tuple[list, FieldColumns, list[dict]]:
+    """Reads and indexes each file, recording its outcome; returns the indexed files, their records' fields and
+    their problems' rows."""
+    indexed, fields, errors = [], FieldColumns(), []
     for file, fetched in with_objects_fetched(files, max_file_bytes):
         outcome = {"size": file.size, "mtime_ns": file.mtime_ns, "ctime_ns": file.ctime_ns, "records": 0}
         outcomes[file.source_path] = outcome
@@ -205,7 +211,8 @@ def _index_files(
             reason = f"{len(index.records)} record(s), {index.format}"
             outcome |= {"status": status, "reason": reason, "records": len(index.records)}
             indexed.append((file.source_path, index))
-    return indexed, errors
+            take_fields(index, fields)
+    return indexed, fields, errors
 
 
 def transcript_inventory(run_id: str, sources: dict[str, EpochFile], outcomes: dict[str, dict]) -> pl.DataFrame:

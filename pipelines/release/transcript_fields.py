@@ -155,3 +155,40 @@ def _add(found: Found, name: str, positions: list[int], values: list) -> None:
         found[name] = (where + positions, column + values)
     else:
         found[name] = (positions, values)
+
+
+class FieldColumns:
+    """A run's record fields as columns (field_columns), filled a batch of records at a time as its files are
+    indexed: records held to the run's end would cost the garbage collector more than their walk does."""
+
+    BATCH = 256
+
+    def __init__(self):
+        self._columns: dict[str, list] = {}
+        self._size = 0
+        self._records: list[dict] = []
+        self._skips: list[Collection[str]] = []
+
+    def add(self, records: list[dict], skips: list[Collection[str]]) -> None:
+        """Adds records, after those added before, and the names of each one not to make fields of."""
+        if len(records) != len(skips):
+            raise ValueError(f"{len(records)} records with {len(skips)} skips")
+        self._records += records
+        self._skips += skips
+        if len(self._records) >= self.BATCH:
+            self._flush()
+
+    def columns(self) -> dict[str, list]:
+        """The fields of every record added, by name: a value per record, None where it has none."""
+        self._flush()
+        for column in self._columns.values():
+            column += [None] * (self._size - len(column))
+        return self._columns
+
+    def _flush(self) -> None:
+        for name, values in field_columns(self._records, self._skips).items():
+            column = self._columns.setdefault(name, [])
+            column += [None] * (self._size - len(column))
+            column += values
+        self._size += len(self._records)
+        self._records, self._skips = [], []

@@ -15,7 +15,7 @@ import orjson
 
 from pipelines.release.decode import json_kind
 from pipelines.release.discover import resolve_inside
-from pipelines.release.transcript_fields import field_columns
+from pipelines.release.transcript_fields import FieldColumns
 from pipelines.settings import OBJECT_SCHEME
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -59,7 +59,7 @@ class TranscriptIndex:
 
     format: str | None = None
     records: list[TranscriptRecord] = field(default_factory=list)
-    # each record as read, its messages taken out (the rest gives its fields: record_fields)
+    # each record as read, its messages taken out: the rest gives its fields (take_fields)
     sources: list[dict] = field(default_factory=list)
     # (error_kind, severity, message): a file that does not parse is an error, a bad line or a record without an id a
     # warning (the rest of the file is indexed)
@@ -101,12 +101,11 @@ def _index(data: bytes, name: str, keep_text: bool) -> TranscriptIndex:
     return found
 
 
-def record_fields(indexes: list[TranscriptIndex]) -> dict[str, list]:
-    """The scalar fields of the files' records, one file after another, as columns (transcript_fields.field_columns):
-    a value per record, None where it has none; a record's id and messages are no fields."""
-    records = [record for index in indexes for record in index.records]
-    skips = [(record.id_source, record.messages_key) for record in records]
-    return field_columns([source for index in indexes for source in index.sources], skips)
+def take_fields(index: TranscriptIndex, fields: FieldColumns) -> None:
+    """Moves an index's records (their messages taken out) into a run's field columns, which work out their scalar
+    fields; a record's id and messages are no fields."""
+    fields.add(index.sources, [(record.id_source, record.messages_key) for record in index.records])
+    index.sources = []
 
 
 def loads(data: bytes):

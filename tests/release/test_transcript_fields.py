@@ -4,7 +4,7 @@ equal each record's own walk (scalar_fields), transposed."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.release.transcript_fields import FIELD_CHARS, MAX_FIELDS, field_columns, scalar_fields
+from pipelines.release.transcript_fields import FIELD_CHARS, MAX_FIELDS, FieldColumns, field_columns, scalar_fields
 
 # Few key names, some of them colliding once dotted (`a.b` beside `a: {b}`) or suffixed (`x_chars` beside a long x).
 KEYS = st.sampled_from(["a", "b", "x", "a.b", "x_chars", "judge", "scores"])
@@ -46,6 +46,19 @@ def test_columns_equal_each_record_walked_on_its_own(pairs, copies):
     records = [record for record, _ in pairs] * copies
     skips = [skip for _, skip in pairs] * copies
     assert same(field_columns(records, skips), transposed(records, skips))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(RECORDS, SKIPS), max_size=12), st.lists(st.integers(0, 4), max_size=6), st.integers(1, 5))
+def test_columns_filled_a_batch_at_a_time_equal_each_record_walked(pairs, cuts, batch):
+    # files of a run: its records cut into consecutive parts, taken one after another in batches of `batch` records
+    records, skips = [record for record, _ in pairs], [skip for _, skip in pairs]
+    fields, start = FieldColumns(), 0
+    fields.BATCH = batch
+    for size in [*cuts, len(records)]:
+        fields.add(records[start : start + size], skips[start : start + size])
+        start = min(start + size, len(records))
+    assert same(fields.columns(), transposed(records, skips))
 
 
 def test_a_shared_shape_gives_typed_columns_and_long_text_its_length():

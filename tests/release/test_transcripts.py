@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.lake.transcripts import transcript_frame
-from pipelines.release.transcript_fields import FIELD_CHARS, MAX_FIELDS
-from pipelines.release.transcripts import array_element_spans, index_transcripts, record_fields
+from pipelines.release.transcript_fields import FIELD_CHARS, MAX_FIELDS, FieldColumns
+from pipelines.release.transcripts import array_element_spans, index_transcripts, take_fields
 
 # A hand-made audit: the counts below are read off it.
 AUDIT = {
@@ -30,6 +30,14 @@ AUDIT = {
         {"role": "auditor", "content": "Done."},  # 5
     ],
 }
+
+
+def record_fields(indexes) -> dict[str, list]:
+    """The records' fields as the transcripts table gets them."""
+    fields = FieldColumns()
+    for index in indexes:
+        take_fields(index, fields)
+    return fields.columns()
 
 
 def _jsonl(*records) -> bytes:
