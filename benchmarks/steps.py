@@ -157,10 +157,9 @@ def step_transcripts(releases: list[str]) -> dict:
     indexing them as the ingest does (index_transcripts, and each run's rows made into a frame), in one process."""
     import orjson
 
-    from pipelines.lake.transcripts import transcript_frame
+    from pipelines.lake.transcripts import TranscriptRows
     from pipelines.release.discover import list_run
-    from pipelines.release.transcript_fields import FieldColumns
-    from pipelines.release.transcripts import index_transcripts, take_fields
+    from pipelines.release.transcripts import index_transcripts
 
     started = time.perf_counter()
     runs, _ = run_folders(releases)
@@ -173,11 +172,10 @@ def step_transcripts(releases: list[str]) -> dict:
             records += sum(orjson.loads(part) is not None for part in _record_texts(path, data))
     index_started = time.process_time()
     for run_id, paths in files.items():
-        indexed, fields = [], FieldColumns()
+        rows = TranscriptRows(run_id)
         for path in paths:
-            indexed.append((path.name, index := index_transcripts(path.read_bytes(), path.name)))
-            take_fields(index, fields)
-        transcript_frame(run_id, indexed, fields)
+            rows.add(path.name, index_transcripts(path.read_bytes(), path.name))
+        rows.frame()
     done = time.process_time()
     return {
         "seconds": time.perf_counter() - started,

@@ -16,7 +16,7 @@ from pipelines.release.decode import DecodeError
 from pipelines.release.discover import OBJECT_SCHEME, OTHER_JSON_LAYOUT, EpochFile, RunListing
 from pipelines.release.flatten import ColumnKinds, column_order, combine, extra_column_name, mtime_column, typed_series
 from pipelines.release.transcript_fields import FieldColumns
-from pipelines.release.transcripts import TranscriptIndex, index_transcripts, take_fields
+from pipelines.release.transcripts import TranscriptIndex, TranscriptRecord, index_transcripts, take_fields
 
 TRANSCRIPTS = "transcripts"
 INDEXED = ("indexed", "indexed_with_warnings")
@@ -45,46 +45,56 @@ TRANSCRIPT_COLUMNS = {
 }
 
 
-def transcript_frame(
-    run_id: str, indexed: list[tuple[str, TranscriptIndex]], fields: FieldColumns | None = None
-) -> tuple[pl.DataFrame, ColumnKinds]:
-    """The rows of a run's indexed transcript files, one per record, its scalar fields as typed columns after the
-    table's own (flatten.typed_series: a field whose type changes between records is kept as JSON text), and which
-    of those are JSON text. fields: the files' records, taken as they were indexed (take_fields); by default they
-    are taken from the indexes."""
-    paths = [path for path, index in indexed for _ in index.records]
-    formats = [index.format for _, index in indexed for _ in index.records]
-    records = [record for _, index in indexed for record in index.records]
-    columns = {
-        "run_id": [run_id] * len(records),
-        "source_path": paths,
-        "trajectory_id": [r.trajectory_id for r in records],
-        "id_source": [r.id_source for r in records],
-        "format": formats,
-        "line": [r.line for r in records],
-        "byte_offset": [r.byte_offset for r in records],
-        "byte_length": [r.byte_length for r in records],
-        "n_messages": [r.n_messages for r in records],
-        "n_turns": [r.n_turns for r in records],
-        "n_tool_calls": [r.n_tool_calls for r in records],
-        "content_chars": [r.content_chars for r in records],
-        "messages_by_role": [orjson.dumps(r.messages_by_role).decode() for r in records],
-        "text": [r.text for r in records],
-    }
-    frame = pl.DataFrame(columns, schema=TRANSCRIPT_COLUMNS)
-    if fields is None:
-        fields = FieldColumns()
-        for _, index in indexed:
-            take_fields(index, fields)
-    by_column = {extra_column_name(name, TRANSCRIPT_COLUMNS): values for name, values in fields.columns().items()}
-    kinds: ColumnKinds = {}
-    extras = []
-    for name in sorted(by_column):
-        series, types = typed_series(name, by_column[name])
-        extras.append(series)
-        if types is not None:
-            kinds[name] = types
-    return frame.with_columns(extras) if extras else frame, kinds
+class TranscriptRows:
+    """A run's rows of the transcripts table, gathered as its files are indexed: each file's records taken at once
+    (as plain tuples), their fields a batch at a time (FieldColumns), so that no file's index is held to the run's
+    end, which would cost the garbage collector more than the indexing."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.paths: list[str] = []
+        self.formats: list[str | None] = []
+        self.records: list[tuple] = []
+        self.fields = FieldColumns()
+
+    def add(self, path: str, index: TranscriptIndex) -> None:
+        """Takes an indexed file's records (and their fields: take_fields)."""
+        self.paths += [path] * len(index.records)
+        self.formats += [index.format] * len(index.records)
+        self.records += map(tuple, index.records)
+        take_fields(index, self.fields)
+
+    def frame(self) -> tuple[pl.DataFrame, ColumnKinds]:
+        """The rows, one per record, its scalar fields as typed columns after the table's own (flatten.typed_series:
+        a field whose type changes between records is kept as JSON text), and which of those are JSON text."""
+        transposed = zip(*self.records, strict=True) if self.records else ([] for _ in TranscriptRecord._fields)
+        by_field = dict(zip(TranscriptRecord._fields, transposed, strict=True))
+        columns = {
+            "run_id": [self.run_id] * len(self.records),
+            "source_path": self.paths,
+            "format": self.formats,
+            "messages_by_role": [orjson.dumps(by_role).decode() for by_role in by_field["messages_by_role"]],
+        }
+        columns |= {name: by_field[name] for name in TRANSCRIPT_COLUMNS if name not in columns}
+        frame = pl.DataFrame(columns, schema=TRANSCRIPT_COLUMNS)
+        fields = self.fields.columns()
+        by_column = {extra_column_name(name, TRANSCRIPT_COLUMNS): values for name, values in fields.items()}
+        kinds: ColumnKinds = {}
+        extras = []
+        for name in sorted(by_column):
+            series, types = typed_series(name, by_column[name])
+            extras.append(series)
+            if types is not None:
+                kinds[name] = types
+        return frame.with_columns(extras) if extras else frame, kinds
+
+
+def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) -> tuple[pl.DataFrame, ColumnKinds]:
+    """The rows of a run's indexed transcript files (TranscriptRows.frame)."""
+    rows = TranscriptRows(run_id)
+    for path, index in indexed:
+        rows.add(path, index)
+    return rows.frame()
 
 
 def transcript_sources(listing: RunListing, epoch_outcomes: dict[str, dict]) -> dict[str, EpochFile]:
@@ -165,8 +175,8 @@ def index_run_transcripts(
         n_read += len(todo)
         stale = set(sources) | set(removed) if whole else {f.source_path for f in changed} | set(removed)
         outcomes = {path: o for path, o in known.items() if path not in stale}
-        indexed, fields, new_errors = _index_files(run_id, todo, outcomes, max_file_bytes, keep_text)
-        new_frame, new_kinds = transcript_frame(run_id, indexed, fields)
+        rows, new_errors = _index_files(run_id, todo, outcomes, max_file_bytes, keep_text)
+        new_frame, new_kinds = rows.frame()
         old = None if whole else keep_rows(read_partition(lake, TRANSCRIPTS, run_id), stale)
         old_kinds = {} if whole else previous.get("transcript_columns", {})
         parts = [(old if old is not None else pl.DataFrame(), old_kinds), (new_frame, new_kinds)]
@@ -180,10 +190,10 @@ def index_run_transcripts(
 
 def _index_files(
     run_id: str, files: list[EpochFile], outcomes: dict[str, dict], max_file_bytes: int, keep_text: bool
-) -> tuple[list, FieldColumns, list[dict]]:
-    """Reads and indexes each file, recording its outcome; returns the indexed files, their records' fields and
-    their problems' rows."""
-    indexed, fields, errors = [], FieldColumns(), []
+) -> tuple[TranscriptRows, list[dict]]:
+    """Reads and indexes each file, recording its outcome; returns the rows of the files indexed and their problems'
+    rows."""
+    rows, errors = TranscriptRows(run_id), []
     for file, fetched in with_objects_fetched(files, max_file_bytes):
         outcome = {"size": file.size, "mtime_ns": file.mtime_ns, "ctime_ns": file.ctime_ns, "records": 0}
         outcomes[file.source_path] = outcome
@@ -210,9 +220,8 @@ def _index_files(
             status = "indexed_with_warnings" if index.problems else "indexed"
             reason = f"{len(index.records)} record(s), {index.format}"
             outcome |= {"status": status, "reason": reason, "records": len(index.records)}
-            indexed.append((file.source_path, index))
-            take_fields(index, fields)
-    return indexed, fields, errors
+            rows.add(file.source_path, index)
+    return rows, errors
 
 
 def transcript_inventory(run_id: str, sources: dict[str, EpochFile], outcomes: dict[str, dict]) -> pl.DataFrame:
