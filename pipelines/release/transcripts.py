@@ -36,8 +36,7 @@ JSON_LINES, JSON_ARRAY, JSON_OBJECT = "jsonl", "json_array", "json_object"
 
 
 class TranscriptRecord(NamedTuple):
-    """One record of a transcript file: its trajectory id, where it is, and its schema-free measures. A tuple, which
-    the garbage collector stops tracking once it holds only plain values: a run's records are many."""
+    """One record of a transcript file: its trajectory id, where it is, and its schema-free measures."""
 
     trajectory_id: str
     id_source: str  # the key it was found at (ID_KEYS), or FILE_NAME_ID
@@ -138,7 +137,7 @@ class _Collector:
         self.keep_text = keep_text
         self.without_id: list[str] = []
 
-    def add(self, record: dict, where, line: int | None, offset: int, length: int, file_id=None) -> None:
+    def add(self, record: dict, where: int | str, line: int | None, offset: int, length: int, file_id=None) -> None:
         """Indexes a record; where: its place in the file, as the warning of a record without an id says it (a line
         number stands for `line <number>`)."""
         indexed = index_record(record, line, offset, length, file_id, self.keep_text)
@@ -173,13 +172,10 @@ def _json_lines(data: bytes, start: int, keep_text: bool) -> TranscriptIndex:
         if not body.strip():
             continue
         try:
-            record = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            try:
-                record = loads(body)
-            except orjson.JSONDecodeError as exc:
-                bad.append((number, f"does not parse ({exc})"))
-                continue
+            record = loads(body)
+        except orjson.JSONDecodeError as exc:
+            bad.append((number, f"does not parse ({exc})"))
+            continue
         if type(record) is not dict:
             bad.append((number, f"is a JSON {json_kind(record)}, not an object"))
             continue
