@@ -39,7 +39,7 @@ def same(found: dict[str, list], expected: dict[str, list]) -> bool:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(RECORDS, SKIPS), max_size=6), st.integers(1, 3))
 def test_columns_equal_each_record_walked_on_its_own(pairs, copies):
     # copies: records of one shape, which are worked out together
@@ -48,7 +48,7 @@ def test_columns_equal_each_record_walked_on_its_own(pairs, copies):
     assert same(field_columns(records, skips), transposed(records, skips))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(RECORDS, SKIPS), max_size=12), st.lists(st.integers(0, 4), max_size=6), st.integers(1, 5))
 def test_columns_filled_a_batch_at_a_time_equal_each_record_walked(pairs, cuts, batch):
     # files of a run: its records cut into consecutive parts, taken one after another in batches of `batch` records
