@@ -54,21 +54,20 @@ def field_columns(records: Sequence[dict], skips: Sequence[Collection[str]]) -> 
     Worked out a key at a time over the records of one shape (the same keys in the same order), in C-level maps,
     not a field at a time per record: a run's records mostly share a shape. Values are put in place in the order a
     record's own walk finds them, so that of one name by two paths (`a.b` beside `a: {b}`) the later is kept, as
-    there. A shape whose records may give more than MAX_FIELDS fields is walked record by record."""
+    there. Records that may give more than MAX_FIELDS fields together are walked record by record."""
     if len(records) == 1:
         return {name: [value] for name, value in scalar_fields(records[0], skips[0]).items()}
-    columns: dict[str, list] = {}
     everyone = list(range(len(records)))
-    record_keys = list(map(tuple, records))
-    if len(set(record_keys)) == 1 and len(set(skips)) == 1:  # mostly: one writer's records
-        shapes = {(record_keys[0], skips[0]): everyone}
+    if len(set(skips)) == 1:  # mostly: one writer's records
+        by_skip = {skips[0]: everyone}
     else:
-        shapes = {}
-        for position, shape in enumerate(zip(record_keys, skips, strict=True)):
-            shapes.setdefault(shape, []).append(position)
-    for (keys, skip), positions in shapes.items():
+        by_skip = {}
+        for position, skip in enumerate(skips):
+            by_skip.setdefault(skip, []).append(position)
+    columns: dict[str, list] = {}
+    for skip, positions in by_skip.items():
         found: Found = {}
-        _key_columns([records[position] for position in positions], positions, keys, "", 1, skip, found)
+        _object_columns(positions, [records[position] for position in positions], "", 1, skip, found)
         if len(found) > MAX_FIELDS:
             found = _walked(records, positions, skip)
         for name, (where, values) in found.items():
@@ -115,7 +114,7 @@ def _key_columns(holders: list[dict], positions: list[int], keys: tuple, prefix:
 
 
 def _object_columns(positions: list[int], objects: list[dict], prefix: str, depth: int, skip, found: Found) -> None:
-    """The fields of objects at one place, a shape at a time."""
+    """The fields of objects at one place (records, at the top), a shape at a time."""
     keys = list(map(tuple, objects))
     distinct = set(keys)
     if len(distinct) == 1:  # mostly: one writer's objects
