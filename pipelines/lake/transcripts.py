@@ -89,14 +89,6 @@ class TranscriptRows:
         return frame.with_columns(extras) if extras else frame, kinds
 
 
-def transcript_frame(run_id: str, indexed: list[tuple[str, TranscriptIndex]]) -> tuple[pl.DataFrame, ColumnKinds]:
-    """The rows of a run's indexed transcript files (TranscriptRows.frame)."""
-    rows = TranscriptRows(run_id)
-    for path, index in indexed:
-        rows.add(path, index)
-    return rows.frame()
-
-
 def transcript_sources(listing: RunListing, epoch_outcomes: dict[str, dict]) -> dict[str, EpochFile]:
     """The run's files that may hold transcripts, by source path: those listed as such, and the *.json candidates
     of epoch folders that proved no epoch document (files per trajectory beside a document of another name)."""

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.lake.transcripts import transcript_frame
+from pipelines.lake.transcripts import TranscriptRows
 from pipelines.release.transcript_fields import FIELD_CHARS, MAX_FIELDS, FieldColumns
 from pipelines.release.transcripts import array_element_spans, index_transcripts, take_fields
 
@@ -204,7 +204,9 @@ def test_fields_are_bounded_and_typed_per_run_with_drift_kept_as_json_text():
     first = {"trajectory_id": "a", "run_id": "not mine", "score": 1, "flag": True, "note": "x" * FIELD_CHARS}
     second = {"trajectory_id": "b", "score": 2.5, "flag": "yes", "tags": ["dropped"], "messages": [{"role": "a"}]}
     index = index_transcripts(_jsonl(first | {"messages": [{"role": "a"}]}, second), "e.jsonl")
-    frame, kinds = transcript_frame("run", [("run/e.jsonl", index)])
+    rows = TranscriptRows("run")
+    rows.add("run/e.jsonl", index)
+    frame, kinds = rows.frame()
     assert frame["run_id"].to_list() == ["run", "run"]  # the record's own `run_id` is a field, renamed
     assert frame["extra_run_id"].to_list() == ["not mine", None]
     assert frame.schema["score"] == pl.Float64 and frame["score"].to_list() == [1.0, 2.5]
