@@ -287,14 +287,20 @@ def failure_reason(result) -> str:
         if failure is None or failure.event_specific_data.error is None:
             return "the build failed"
     error = failure.event_specific_data.error
-    # A worker process's error comes back with its traceback as text for a cause: the error itself says it.
-    while error.cause is not None and error.cause.cls_name != "_RemoteTraceback":
+    # A worker process's error comes back with its traceback as text for a cause: the error itself says it; so does
+    # one of our own (the models that failed, each with its error).
+    while error.cause is not None and error.cause.cls_name != "_RemoteTraceback" and not _own(error):
         error = error.cause
     message = (error.message.strip().splitlines() or [error.cls_name or "unknown error"])[0]
     # Our own errors say everything in their message; a library's keeps its class name (PermissionError: ...).
-    if message.startswith("pipelines.") and ": " in message:
+    if _own(error) and ": " in message:
         message = message.split(": ", 1)[1]
     return f"the build failed in {failure.step_key}: {message}" if failure.step_key else f"the build failed: {message}"
+
+
+def _own(error) -> bool:
+    """Whether a step's error (Dagster's serializable form) is one of the project's own exceptions."""
+    return error.message.startswith("pipelines.")
 
 
 def stale_runs(

@@ -193,7 +193,7 @@ def test_a_changed_code_version_makes_again_and_an_unchanged_one_keeps(tmp_path)
         figure.write("\npass\n")
     second = build_in(tree, tmp_path / "release", tmp_path / "wh")
     assert parsed(second) == 0 and "nothing to ingest" in second
-    assert re.search(r"^  fact_epochs +6 rows \(inputs unchanged, table kept\)$", second, re.MULTILINE)
+    assert re.search(r"^  sql_models +fact_epochs: 6 rows \(inputs unchanged, table kept\)$", second, re.MULTILINE)
     assert re.search(r"^  ablation_figures +1 ablation\(s\), 1 drawn", second, re.MULTILINE)
 
     # The decoder changed: every file is parsed again, and every table made again.

@@ -64,7 +64,7 @@ def test_each_file_is_reported_under_its_true_cause(built, query):
 
 def test_an_interrupted_build_says_so_and_the_next_one_builds(tmp_path, monkeypatch, capsys, query):
     from pipelines.cli import main
-    from pipelines.defs.exports import assets
+    from pipelines.defs.models import assets
 
     release, warehouse = tmp_path / "rel", tmp_path / "wh"
     for epoch in (0, 1):
@@ -73,8 +73,8 @@ def test_an_interrupted_build_says_so_and_the_next_one_builds(tmp_path, monkeypa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # Ctrl-C while a step runs, as Dagster's executor sees it
 
-    with monkeypatch.context() as patch:
-        patch.setattr(assets, "render_report_and_headlines", interrupted)
+    with monkeypatch.context() as patch:  # during the models, which the publication waits for
+        patch.setattr(assets, "refresh_model", interrupted)
         assert main(["build", "--release", str(release), "--warehouse", str(warehouse)]) == 130
     assert capsys.readouterr().err == "grpo-warehouse build: interrupted\n"
     assert not (warehouse / "warehouse.duckdb").exists()  # nothing published from a build cut short

@@ -311,3 +311,37 @@ def test_an_export_never_overwrites_a_file_the_warehouse_did_not_write(tmp_path,
     assert (wh / "exports" / "report.md").read_bytes().startswith(b"#")
     assert (wh / "exports" / "figures" / "rel.png").read_bytes().startswith(b"\x89PNG")
     assert (wh / "exports" / "figures" / "mine_rel.png").read_bytes() == b"my own figure"
+
+
+def test_a_failing_model_is_named_and_only_the_models_reading_it_wait(tmp_path, monkeypatch, capsys, build):
+    from pipelines.defs.models import assets
+
+    # The first model another reads; the models reading it, directly or not; the models it does not reach.
+    failing = next(name for name, model in assets.MODELS.items() if model.model_deps)
+    failing = next(iter(assets.MODELS[failing].model_deps))
+    reached = {failing}
+    for name, model in assets.MODELS.items():  # dependency order: a model follows what it reads
+        if reached & set(model.model_deps):
+            reached.add(name)
+    unreached = set(assets.MODELS) - reached
+    refresh_model = assets.refresh_model
+
+    def refresh(model, *args, **kwargs):
+        if model.name == failing:
+            raise ValueError("a bad cast")
+        return refresh_model(model, *args, **kwargs)
+
+    monkeypatch.setattr(assets, "refresh_model", refresh)
+    write_epoch_file(tmp_path / "rel" / "run_a", 0)
+    assert build([tmp_path / "rel"], tmp_path / "wh") == 2
+    assert capsys.readouterr().err == (
+        f"grpo-warehouse build: the build failed in sql_models: {failing}: ValueError: a bad cast "
+        f"({len(reached) - 1} model(s) reading it not refreshed)\n"
+    )
+    config = WarehouseConfig(releases=[str(tmp_path / "rel")], warehouse_dir=str(tmp_path / "wh"))
+    with config.build_db(read_only=True) as con:
+        found = con.execute("select table_name from duckdb_tables() where schema_name = 'main'").fetchall()
+    tables = {name for (name,) in found}
+    assert unreached and unreached <= tables
+    assert not reached & tables
+    assert not (tmp_path / "wh" / "warehouse.duckdb").exists()

@@ -54,7 +54,7 @@ def refreshes(output: str) -> dict[str, str]:
     """What the build's log says it did to each incremental model: kept, rebuilt or so many runs computed again."""
     done = {}
     for name in INCREMENTAL:
-        match = re.search(rf"^\s+{name}\s+[\d,]+ rows \((.+)\)$", output, re.MULTILINE)
+        match = re.search(rf"^  \S+ +{name}: [\d,]+ rows \((.+)\)$", output, re.MULTILINE)
         done[name] = match.group(1) if match else None
     return done
 

@@ -237,10 +237,10 @@ def code_references(model: SqlModel) -> dg.CodeReferencesMetadataValue:
         )
 
 
-def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
+def model_spec(model: SqlModel) -> dg.AssetSpec:
+    """The model's asset: its name, what it reads (from the SQL), its columns, code version and SQL file."""
     deps = [dg.AssetKey(dep) for dep in model.model_deps] + [dg.AssetKey(["lake", t]) for t in model.lake_deps]
-    declared = declared_checks(model)
-    spec = dg.AssetSpec(
+    return dg.AssetSpec(
         model.name,
         deps=deps,
         description=model.description or None,
@@ -258,37 +258,70 @@ def build_model_asset(model: SqlModel) -> dg.AssetsDefinition:
         },
     )
 
-    # Subsettable, so that a check can run on its own (the UI's "Execute" on a check) against the table as it stands.
-    @dg.multi_asset(
-        name=model.name, specs=[spec], check_specs=check_specs(model.name, declared), can_subset=True, pool=DUCKDB_POOL
+
+class ModelsFailed(Exception):
+    """Models whose refresh raised, each named with its error on one line; the others were refreshed."""
+
+
+MODEL_SPECS = {name: model_spec(model) for name, model in MODELS.items()}
+MODEL_CHECKS = {name: declared_checks(model) for name, model in MODELS.items()}
+
+
+# Every SQL model is an asset of this one definition, as dagster-dbt's @dbt_assets makes a dbt project's models: one
+# step runs the selected models in dependency order on one connection to the build database, each reported as its own
+# asset with its checks, code version and data version. Subsettable: the UI, a job or the automation sensor selects
+# any models and checks (a check alone runs against the table as it stands: the UI's "Execute" on a check).
+@dg.multi_asset(
+    name="sql_models",
+    specs=list(MODEL_SPECS.values()),
+    check_specs=[spec for name in MODELS for spec in check_specs(name, MODEL_CHECKS[name])],
+    can_subset=True,
+    pool=DUCKDB_POOL,
+)
+def sql_models(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
+    checks: dict[str, set[str]] = {}
+    for key in context.selected_asset_check_keys:
+        checks.setdefault(key.asset_key.to_user_string(), set()).add(key.name)
+    failed: dict[str, str] = {}  # a model's own error, on one line
+    skipped: set[str] = set()  # models reading a failed one
+    with warehouse.build_db() as con:
+        for name, model in MODELS.items():
+            if MODEL_SPECS[name].key not in context.selected_asset_keys:
+                if name in checks:
+                    yield from evaluate_checks(name, warehouse, MODEL_CHECKS[name], checks[name], con)
+                continue
+            # As dbt does: a model whose input failed is skipped, the models that do not read it go on.
+            if blocked := next((dep for dep in model.model_deps if dep in failed.keys() | skipped), None):
+                skipped.add(name)
+                context.log.warning(f"{name}: not refreshed, {blocked} failed")
+                continue
+            try:
+                yield _refresh_and_check(context, model, warehouse, con, checks.get(name, set()))
+            except Exception as error:  # one model's failure must not stop the models that do not read it
+                failed[name] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+                context.log.error(f"{name}: {failed[name]}")
+    if failed:
+        waiting = f" ({len(skipped)} model(s) reading it not refreshed)" if skipped else ""
+        raise ModelsFailed("; ".join(f"{name}: {reason}" for name, reason in failed.items()) + waiting)
+
+
+def _refresh_and_check(context, model: SqlModel, warehouse: WarehouseConfig, con, checks: set[str]):
+    """Refreshes the model's table (refresh_model) and evaluates its selected checks: its materialization."""
+    before = model_fingerprint(con, model.name)
+    fingerprint, done, metadata, rewritten = refresh_model(model, warehouse, con)
+    # A kept table re-emits its stored results; one whose runs were computed again in place has those runs' rows
+    # checked (Rewritten) where the rest passed before.
+    since = Rewritten(before, model.incremental_key, rewritten) if before and rewritten else None
+    results = evaluate_checks(model.name, warehouse, MODEL_CHECKS[model.name], checks, con, since)
+    rows = metadata["dagster/row_count"]
+    kept = done == "kept"
+    context.log.info(f"{model.name}: {rows:,} rows" + (" (inputs unchanged, table kept)" if kept else f" ({done})"))
+    return dg.MaterializeResult(
+        asset_key=MODEL_SPECS[model.name].key,
+        metadata={**metadata, "grpo/rebuilt": done != "kept", "grpo/refresh": done},
+        data_version=dg.DataVersion(fingerprint),
+        check_results=results,
     )
-    def _model(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
-        selected = {key.name for key in context.selected_asset_check_keys}
-        if spec.key not in context.selected_asset_keys:
-            yield from evaluate_checks(model.name, warehouse, declared, selected)
-            return
-        # One connection for the table and its checks: opening the build database and closing it (a checkpoint)
-        # costs tens of milliseconds each at 100x, twice per step otherwise.
-        with warehouse.build_db() as con:
-            before = model_fingerprint(con, model.name)
-            fingerprint, done, metadata, rewritten = refresh_model(model, warehouse, con)
-            # A kept table re-emits its stored results; one whose runs were computed again in place has those runs'
-            # rows checked (Rewritten) where the rest passed before.
-            since = Rewritten(before, model.incremental_key, rewritten) if before and rewritten else None
-            results = evaluate_checks(model.name, warehouse, declared, selected, con, since)
-        rows = metadata["dagster/row_count"]
-        context.log.info(f"{rows:,} rows" + (" (inputs unchanged, table kept)" if done == "kept" else f" ({done})"))
-        yield dg.MaterializeResult(
-            asset_key=spec.key,
-            metadata={**metadata, "grpo/rebuilt": done != "kept", "grpo/refresh": done},
-            data_version=dg.DataVersion(fingerprint),
-            check_results=results,
-        )
-
-    return _model
-
-
-model_assets = [build_model_asset(model) for model in MODELS.values()]
 
 
 @dg.asset(
