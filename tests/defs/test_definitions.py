@@ -106,3 +106,31 @@ def test_an_asset_whose_code_version_changed_is_requested():
             defs=[upstream, downstream_of("b")], instance=instance, cursor=same.cursor
         )
         assert changed.get_requested_partitions(dg.AssetKey("downstream")) == {None}
+
+
+def test_the_models_run_any_subset_of_models_and_checks(tmp_path, build):
+    """One definition makes every model: a selected model is refreshed with its checks and nothing else; a selected
+    check alone runs against the table as it stands (the UI's "Execute" on a check)."""
+    from helpers import write_epoch_file
+
+    from pipelines.defs.models.assets import sql_models
+    from pipelines.defs.resources import WarehouseConfig
+
+    release, warehouse = tmp_path / "rel", tmp_path / "wh"
+    for epoch in range(2):
+        write_epoch_file(release / "run_a", epoch)
+    assert build([release], warehouse) == 0
+    resources = {"warehouse": WarehouseConfig(releases=[str(release)], warehouse_dir=str(warehouse))}
+
+    check = dg.AssetCheckKey(dg.AssetKey("fact_epochs"), "no_duplicate_epochs")
+    result = dg.materialize([sql_models], selection=dg.AssetSelection.checks(check), resources=resources)
+    assert result.get_asset_materialization_events() == []
+    assert [(e.asset_check_key, e.passed) for e in result.get_asset_check_evaluations()] == [(check, True)]
+
+    result = dg.materialize([sql_models], selection=dg.AssetSelection.assets("run_summary"), resources=resources)
+    [materialization] = [e.materialization for e in result.get_asset_materialization_events()]
+    assert (materialization.asset_key, materialization.metadata["grpo/refresh"].value) == (
+        dg.AssetKey("run_summary"),
+        "kept",
+    )
+    assert {e.asset_check_key.asset_key for e in result.get_asset_check_evaluations()} == {dg.AssetKey("run_summary")}
