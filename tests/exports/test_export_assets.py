@@ -356,22 +356,24 @@ def test_a_figure_that_cannot_be_drawn_is_reported_the_others_built_and_it_is_dr
     write_build_db(tmp_path, built)
     record_fingerprints(tmp_path, {name: f"fp-{name}" for name in built})  # unchanged inputs, as a model step says
     figures = tmp_path / "exports" / "figures"
-    instance = dg.DagsterInstance.ephemeral()
+    # Closed at the end: an instance left to the garbage collector warns about its temporary folder wherever that
+    # happens, inside another test's check for warnings.
+    with dg.DagsterInstance.ephemeral() as instance:
 
-    def build() -> tuple[dict, list[str]]:
-        config = WarehouseConfig(warehouse_dir=str(tmp_path))
-        result = dg.materialize([ablation_figures], resources={"warehouse": config}, instance=instance)
-        assert result.success
-        (event,) = result.get_asset_materialization_events()
-        warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.level == logging.WARNING]
-        return event.materialization.metadata["not_drawn"].value, warnings
+        def build() -> tuple[dict, list[str]]:
+            config = WarehouseConfig(warehouse_dir=str(tmp_path))
+            result = dg.materialize([ablation_figures], resources={"warehouse": config}, instance=instance)
+            assert result.success
+            (event,) = result.get_asset_materialization_events()
+            warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.level == logging.WARNING]
+            return event.materialization.metadata["not_drawn"].value, warnings
 
-    cause = "ValueError: bottom cannot be >= top"
-    for _ in range(2):  # reported again by a build with no change, which tries it again
-        not_drawn, warnings = build()
-        assert not_drawn == {"abl": cause}
-        assert warnings == [f"the figure of ablation 'abl' was not drawn: {cause}"]
-        assert sorted(p.name for p in figures.iterdir()) == ["other.png", "other.svg"]
-    monkeypatch.setattr(figure_module, "ablation_figure", drawable)
-    assert build() == ({}, [])
-    assert sorted(p.name for p in figures.iterdir()) == ["abl.png", "abl.svg", "other.png", "other.svg"]
+        cause = "ValueError: bottom cannot be >= top"
+        for _ in range(2):  # reported again by a build with no change, which tries it again
+            not_drawn, warnings = build()
+            assert not_drawn == {"abl": cause}
+            assert warnings == [f"the figure of ablation 'abl' was not drawn: {cause}"]
+            assert sorted(p.name for p in figures.iterdir()) == ["other.png", "other.svg"]
+        monkeypatch.setattr(figure_module, "ablation_figure", drawable)
+        assert build() == ({}, [])
+        assert sorted(p.name for p in figures.iterdir()) == ["abl.png", "abl.svg", "other.png", "other.svg"]
