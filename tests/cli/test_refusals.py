@@ -345,3 +345,11 @@ def test_a_failing_model_is_named_and_only_the_models_reading_it_wait(tmp_path, 
     assert unreached and unreached <= tables
     assert not reached & tables
     assert not (tmp_path / "wh" / "warehouse.duckdb").exists()
+    # The step's error keeps the model's own as its cause, which the UI shows with its traceback.
+    result = dg.materialize([assets.sql_models], resources={"warehouse": config}, raise_on_error=False)
+    [failure] = [event.event_specific_data.error for event in result.all_events if event.is_step_failure]
+    causes = []
+    while failure is not None:
+        causes.append(failure.cls_name)
+        failure = failure.cause
+    assert causes[-2:] == ["ModelsFailed", "ValueError"]

@@ -284,6 +284,7 @@ def sql_models(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
         checks.setdefault(key.asset_key.to_user_string(), set()).add(key.name)
     failed: dict[str, str] = {}  # a model's own error, on one line
     skipped: set[str] = set()  # models reading a failed one
+    first_error = None  # the cause the UI shows with its traceback
     with warehouse.build_db() as con:
         for name, model in MODELS.items():
             if MODEL_SPECS[name].key not in context.selected_asset_keys:
@@ -299,10 +300,12 @@ def sql_models(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
                 yield _refresh_and_check(context, model, warehouse, con, checks.get(name, set()))
             except Exception as error:  # one model's failure must not stop the models that do not read it
                 failed[name] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+                first_error = first_error or error
                 context.log.error(f"{name}: {failed[name]}")
     if failed:
-        waiting = f" ({len(skipped)} model(s) reading it not refreshed)" if skipped else ""
-        raise ModelsFailed("; ".join(f"{name}: {reason}" for name, reason in failed.items()) + waiting)
+        waiting = f" ({len(skipped)} model(s) reading {'it' if len(failed) == 1 else 'them'} not refreshed)"
+        message = "; ".join(f"{name}: {reason}" for name, reason in failed.items()) + (waiting if skipped else "")
+        raise ModelsFailed(message) from first_error
 
 
 def _refresh_and_check(context, model: SqlModel, warehouse: WarehouseConfig, con, checks: set[str]):
