@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from pipelines.errors import failure_line
 from pipelines.exports.figure_panels import FIGURE_DPI, ablation_figure, drawing
 from pipelines.exports.figure_series import NEEDED_EPOCH_COLUMNS, Smoothing, ablation_inputs, run_colours
 
@@ -44,7 +45,6 @@ PREVIEW_SCALE = 0.4  # the UI's preview: the PNG shrunk to 60 dpi
 # A helper process costs about a second of CPU to start (matplotlib's and polars' imports): one is started per this
 # many figures at most.
 FIGURES_PER_PROCESS = 4
-FAILURE_CHARACTERS = 300  # a failure's cause is one line, cut at this length
 
 
 def file_stem(ablation: str | None) -> str:
@@ -99,13 +99,6 @@ class Drawing:
     files: dict[str, bytes]
     preview: bytes | None = None
     failure: str | None = None
-
-
-def failure_line(error: BaseException) -> str:
-    """An error as one line: its type and the first line of its message."""
-    message = str(error).strip().splitlines()
-    line = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-    return line if len(line) <= FAILURE_CHARACTERS else line[: FAILURE_CHARACTERS - 1] + "…"
 
 
 def draw(job: FigureJob) -> Drawing:

@@ -11,6 +11,7 @@ import duckdb
 from pipelines.code_versions import code_version
 from pipelines.defs.models.checks import Rewritten, check_specs, declared_checks, evaluate_checks
 from pipelines.defs.resources import WarehouseConfig
+from pipelines.errors import failure_line
 from pipelines.lake.paths import RUN_TABLES
 from pipelines.lake_store import register_lake
 from pipelines.models import (
@@ -299,7 +300,7 @@ def sql_models(context: dg.AssetExecutionContext, warehouse: WarehouseConfig):
             try:
                 yield _refresh_and_check(context, model, warehouse, con, checks.get(name, set()))
             except Exception as error:  # one model's failure must not stop the models that do not read it
-                failed[name] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+                failed[name] = failure_line(error)
                 first_error = first_error or error
                 context.log.error(f"{name}: {failed[name]}")
     if failed:
@@ -321,7 +322,7 @@ def _refresh_and_check(context, model: SqlModel, warehouse: WarehouseConfig, con
     context.log.info(f"{model.name}: {rows:,} rows" + (" (inputs unchanged, table kept)" if kept else f" ({done})"))
     return dg.MaterializeResult(
         asset_key=MODEL_SPECS[model.name].key,
-        metadata={**metadata, "grpo/rebuilt": done != "kept", "grpo/refresh": done},
+        metadata={**metadata, "grpo/rebuilt": not kept, "grpo/refresh": done},
         data_version=dg.DataVersion(fingerprint),
         check_results=results,
     )
